@@ -1,0 +1,151 @@
+// Command controller is the k3k operator: it runs the Cluster reconciler in a
+// controller-runtime manager with leader election, health probes and metrics.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/internal/controller/cluster"
+)
+
+// options are the command-line settings.
+type options struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	leaderElectionNS       string
+	watchNamespaces        string
+	pullSecrets            string
+	pullPolicy             string
+	defaultPersistence     string
+	defaultDatastore       string
+	cfg                    cluster.Config
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 turns it off")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
+	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty means the pod's own")
+	fs.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch; empty means all")
+	fs.StringVar(&o.cfg.ServerImage, "server-image", "rancher/k3s", "k3s server image repository; the tag is spec.version or --default-version")
+	fs.StringVar(&o.cfg.DefaultVersion, "default-version", "v1.34.2-k3s1", "k3s image tag for Clusters without spec.version")
+	fs.StringVar(&o.cfg.DatastoreImage, "datastore-image", "k3k-io/k3k-datastore:dev", "image of the datastore sidecar and kubeconfig publisher")
+	fs.StringVar(&o.cfg.AgentImage, "agent-image", "k3k-io/k3k-kubelet:dev", "image of the shared-mode agent")
+	fs.StringVar(&o.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of every image the controller deploys: Always, IfNotPresent or Never")
+	fs.StringVar(&o.pullSecrets, "image-pull-secrets", "", "comma-separated Secret names added to every pod the controller deploys")
+	fs.StringVar(&o.defaultPersistence, "default-persistence-type", string(v1beta1.DynamicPersistence), "persistence for Clusters that leave spec.persistence.type empty: dynamic or ephemeral")
+	fs.StringVar(&o.cfg.DefaultStorageClass, "default-storage-class", "", "storage class for Clusters that leave spec.persistence.storageClassName unset; empty means the host's default")
+	fs.StringVar(&o.defaultDatastore, "default-datastore-type", string(v1beta1.SQLiteDatastore), "datastore for Clusters that leave spec.datastore.type empty: sqlite or etcd")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch corev1.PullPolicy(o.pullPolicy) {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+		o.cfg.PullPolicy = corev1.PullPolicy(o.pullPolicy)
+	default:
+		return nil, fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", o.pullPolicy)
+	}
+	switch p := v1beta1.PersistenceType(o.defaultPersistence); p {
+	case v1beta1.DynamicPersistence, v1beta1.EphemeralPersistence:
+		o.cfg.DefaultPersistence = p
+	default:
+		return nil, fmt.Errorf("--default-persistence-type %q: want dynamic or ephemeral", o.defaultPersistence)
+	}
+	switch d := v1beta1.DatastoreType(o.defaultDatastore); d {
+	case v1beta1.SQLiteDatastore, v1beta1.EtcdDatastore:
+		o.cfg.DefaultDatastore = d
+	default:
+		return nil, fmt.Errorf("--default-datastore-type %q: want sqlite or etcd", o.defaultDatastore)
+	}
+	o.cfg.PullSecrets = splitList(o.pullSecrets)
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func main() {
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "controller:", err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if err := run(o); err != nil {
+		ctrl.Log.Error(err, "controller stopped")
+		os.Exit(1)
+	}
+}
+
+func run(o *options) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cacheOpts := cache.Options{ByObject: cluster.CacheByObject()}
+	if ns := splitList(o.watchNamespaces); len(ns) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, n := range ns {
+			cacheOpts.DefaultNamespaces[n] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "k3k-controller.k3k.io",
+		LeaderElectionNamespace: o.leaderElectionNS,
+		// Hand leadership over at once on a clean shutdown instead of after
+		// the lease expires.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	r := &cluster.Reconciler{
+		Client:             mgr.GetClient(),
+		APIReader:          mgr.GetAPIReader(),
+		Config:             o.cfg,
+		ValidateKubeconfig: cluster.ValidateKubeconfig,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the cluster controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	ctrl.Log.Info("starting k3k controller", "watchNamespaces", o.watchNamespaces, "defaultDatastore", o.cfg.DefaultDatastore, "defaultPersistence", o.cfg.DefaultPersistence)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

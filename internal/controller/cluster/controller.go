@@ -1,0 +1,387 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// tokenRetry is how often a Cluster whose user-provided token Secret is missing
+// is looked at again: that Secret is not watched (it carries none of our labels).
+const tokenRetry = 30 * time.Second
+
+// Reconciler turns a Cluster into its host objects (see DESIGN.md, "What one
+// Cluster becomes") and reports what it observes in the Cluster's status.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads uncached; used for Secrets the user names, which the
+	// cache (restricted to objects with our labels) does not hold.
+	APIReader client.Reader
+	// Config is what to deploy and which defaults to apply.
+	Config Config
+	// ValidateKubeconfig judges the content of the kubeconfig Secret; nil only
+	// checks that it is present.
+	ValidateKubeconfig func(data []byte, now time.Time) error
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// step is one ordered part of a reconcile. It writes only what differs and
+// never waits: anything not ready yet is picked up again by the watches.
+type step func(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error)
+
+// Reconcile brings one Cluster's host objects in line with its spec, then
+// records what it observed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &v1beta1.Cluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// Owned objects are removed by the garbage collector through their owner
+	// references, volumes by the StatefulSet's claim retention policy: there is
+	// nothing to clean up, so there is no finalizer to get stuck.
+	o := &observation{}
+	o.settings, o.settingsErr = Resolve(c, r.Config)
+	if !c.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.updateStatus(ctx, c, o)
+	}
+
+	var result ctrl.Result
+	if o.settingsErr == nil {
+		for _, s := range []step{r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices, r.reconcileServers, r.reconcileVolumeSize} {
+			res, err := s(ctx, c, o)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			result = earliest(result, res)
+		}
+	}
+	if err := r.observe(ctx, c, o); err != nil {
+		return ctrl.Result{}, err
+	}
+	return result, r.updateStatus(ctx, c, o)
+}
+
+// reconcileToken makes sure the cluster token exists, generating it only for a
+// cluster that has never stored data. A server that already started keeps its
+// token on its volume and its publisher restores the Secret from there;
+// minting a new random token would lock that server out of its own data. Requeues
+// after tokenRetry while a user-provided Secret is missing.
+func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	name := NamesFor(c).Token
+	if c.Spec.TokenSecretRef != nil {
+		s := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && len(s.Data[SecretKeyToken]) == 0):
+			o.token = tokenState{false, ReasonTokenSecretNotFound, fmt.Sprintf("tokenSecretRef: Secret %s with a non-empty key %q not found in namespace %s", name, SecretKeyToken, c.Namespace)}
+			return ctrl.Result{RequeueAfter: tokenRetry}, nil
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("getting token Secret %s: %w", name, err)
+		}
+		o.token = tokenState{true, ReasonTokenAvailable, "using the Secret named by tokenSecretRef"}
+		return ctrl.Result{}, nil
+	}
+
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("getting token Secret %s: %w", name, err)
+	}
+	exists := err == nil
+	if exists && len(s.Data[SecretKeyToken]) > 0 {
+		o.token = tokenState{true, ReasonTokenAvailable, "generated token Secret " + name}
+		return ctrl.Result{}, nil
+	}
+	hasData, err := r.serverHasData(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if hasData {
+		o.token = tokenState{false, ReasonTokenAwaitingRestore, fmt.Sprintf(
+			"Secret %s is missing or empty but the server already holds data; the server pod's publisher restores it from the server's own copy (k3k never generates a replacement token for existing data)", name)}
+		if !exists {
+			// An empty placeholder, so the publisher needs only update rights.
+			if _, err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, ""), func(_, _ *corev1.Secret) {}); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		return ctrl.Result{}, nil
+	}
+	token, err := newToken()
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if exists {
+		s.Data = map[string][]byte{SecretKeyToken: []byte(token)}
+		if err := r.Client.Update(ctx, s); err != nil {
+			return ctrl.Result{}, fmt.Errorf("filling empty token Secret %s: %w", name, err)
+		}
+	} else if _, err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, token), func(_, _ *corev1.Secret) {}); err != nil {
+		return ctrl.Result{}, err
+	}
+	log.FromContext(ctx).Info("generated cluster token", "secret", name)
+	o.token = tokenState{true, ReasonTokenAvailable, "generated token Secret " + name}
+	return ctrl.Result{}, nil
+}
+
+// serverHasData reports whether a server of c may already hold state: the
+// kubeconfig Secret was published (the server started) or a server volume exists.
+func (r *Reconciler) serverHasData(ctx context.Context, c *v1beta1.Cluster) (bool, error) {
+	kc := &corev1.Secret{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("getting kubeconfig Secret: %w", err)
+	}
+	if err == nil && len(kc.Data[SecretKeyKubeconfig]) > 0 {
+		return true, nil
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := r.Client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
+		return false, fmt.Errorf("listing server volumes: %w", err)
+	}
+	return len(claims.Items) > 0, nil
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// reconcileKubeconfigSecret pre-creates the Secret the publisher fills. Its
+// content belongs to the publisher and is never touched here.
+func (r *Reconciler) reconcileKubeconfigSecret(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
+	_, err := ensure(ctx, r.Client, c, DesiredKubeconfigSecret(c), func(_, _ *corev1.Secret) {})
+	return ctrl.Result{}, err
+}
+
+// reconcileRBAC gives the server pod its ServiceAccount and its two-Secret Role.
+func (r *Reconciler) reconcileRBAC(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
+	if _, err := ensure(ctx, r.Client, c, DesiredServiceAccount(c), func(_, _ *corev1.ServiceAccount) {}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if _, err := ensure(ctx, r.Client, c, DesiredRole(c), func(live, d *rbacv1.Role) { live.Rules = d.Rules }); err != nil {
+		return ctrl.Result{}, err
+	}
+	_, err := ensure(ctx, r.Client, c, DesiredRoleBinding(c), func(live, d *rbacv1.RoleBinding) { live.Subjects = d.Subjects })
+	return ctrl.Result{}, err
+}
+
+// reconcileServices makes the API Service, the headless Service and, when asked
+// for, the Ingress.
+func (r *Reconciler) reconcileServices(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
+	for _, svc := range []*corev1.Service{DesiredService(c), DesiredHeadlessService(c)} {
+		if _, err := ensure(ctx, r.Client, c, svc, copyServiceSpec); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if ing := DesiredIngress(c); ing != nil {
+		if _, err := ensure(ctx, r.Client, c, ing, func(live, d *networkingv1.Ingress) { live.Spec = d.Spec }); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// copyServiceSpec copies the fields k3k sets, keeping the cluster IP and any
+// node port the API server allocated.
+func copyServiceSpec(live, d *corev1.Service) {
+	allocated := map[string]int32{}
+	for _, p := range live.Spec.Ports {
+		allocated[p.Name] = p.NodePort
+	}
+	ports := append([]corev1.ServicePort(nil), d.Spec.Ports...)
+	if d.Spec.Type == corev1.ServiceTypeNodePort || d.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		for i := range ports {
+			if ports[i].NodePort == 0 {
+				ports[i].NodePort = allocated[ports[i].Name]
+			}
+		}
+	}
+	live.Spec.Type = d.Spec.Type
+	live.Spec.Ports = ports
+	live.Spec.Selector = d.Spec.Selector
+	live.Spec.PublishNotReadyAddresses = d.Spec.PublishNotReadyAddresses
+}
+
+// reconcileServers writes the k3s configuration and the server StatefulSet. A
+// first StatefulSet waits for the token, so k3s never starts without one and
+// invents its own; etcd is not built yet, so nothing is created for it.
+func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	if o.settings.Datastore == v1beta1.EtcdDatastore {
+		return ctrl.Result{}, nil
+	}
+	sts := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("getting server StatefulSet: %w", err)
+	}
+	if apierrors.IsNotFound(err) && !o.token.ready {
+		return ctrl.Result{}, nil
+	}
+	config, err := ServerConfig(c, o.settings)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
+	}
+	if _, err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
+		return ctrl.Result{}, err
+	}
+	_, err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, config), func(live, d *appsv1.StatefulSet) {
+		// Selector, serviceName, podManagementPolicy and volumeClaimTemplates
+		// are immutable; volume growth is reconcileVolumeSize's job.
+		live.Spec.Replicas = d.Spec.Replicas
+		live.Spec.Template = d.Spec.Template
+		live.Spec.UpdateStrategy = d.Spec.UpdateStrategy
+		live.Spec.PersistentVolumeClaimRetentionPolicy = d.Spec.PersistentVolumeClaimRetentionPolicy
+	})
+	return ctrl.Result{}, err
+}
+
+// reconcileVolumeSize grows existing server volumes to storageRequestSize
+// (a StatefulSet's claim templates cannot change). It never shrinks one.
+func (r *Reconciler) reconcileVolumeSize(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	if o.settings.Persistence != v1beta1.DynamicPersistence {
+		return ctrl.Result{}, nil
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := r.Client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing server volumes: %w", err)
+	}
+	for i := range claims.Items {
+		pvc := &claims.Items[i]
+		current := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		if current.Cmp(o.settings.StorageSize) >= 0 {
+			continue
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		if pvc.Spec.Resources.Requests == nil {
+			pvc.Spec.Resources.Requests = corev1.ResourceList{}
+		}
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = o.settings.StorageSize
+		if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("growing volume %s to %s: %w", pvc.Name, o.settings.StorageSize.String(), err)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// observe reads what the status is derived from.
+func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observation) error {
+	sts := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+	switch {
+	case err == nil:
+		o.statefulSet = sts
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("getting server StatefulSet: %w", err)
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
+		return fmt.Errorf("listing server pods: %w", err)
+	}
+	o.serverPods = pods.Items
+	kc := &corev1.Secret{}
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("getting kubeconfig Secret: %w", err)
+	}
+	o.kubeconfig = kc.Data[SecretKeyKubeconfig]
+	if len(o.kubeconfig) > 0 && r.ValidateKubeconfig != nil {
+		o.kubeconfigErr = r.ValidateKubeconfig(o.kubeconfig, r.now())
+	}
+	return nil
+}
+
+// updateStatus writes the status only when it differs from the stored one.
+func (r *Reconciler) updateStatus(ctx context.Context, c *v1beta1.Cluster, o *observation) error {
+	st := computeStatus(c, *o)
+	if equality.Semantic.DeepEqual(c.Status, st) {
+		return nil
+	}
+	c.Status = st
+	if err := r.Client.Status().Update(ctx, c); err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	return nil
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// earliest combines two step results: the sooner requeue wins.
+func earliest(a, b ctrl.Result) ctrl.Result {
+	if a.RequeueAfter == 0 || (b.RequeueAfter > 0 && b.RequeueAfter < a.RequeueAfter) {
+		return b
+	}
+	return a
+}
+
+// CacheByObject restricts the manager's cache to objects carrying k3k's
+// managed-by label, so the controller does not hold every Pod, Secret and
+// volume claim of the host cluster in memory.
+func CacheByObject() map[client.Object]cache.ByObject {
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
+	out := map[client.Object]cache.ByObject{}
+	for _, obj := range []client.Object{
+		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Secret{}, &corev1.ConfigMap{},
+		&corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{},
+		&appsv1.StatefulSet{}, &networkingv1.Ingress{},
+	} {
+		out[obj] = cache.ByObject{Label: selector}
+	}
+	return out
+}
+
+// SetupWithManager registers the reconciler: Clusters, the objects they own,
+// and their server pods and volumes (owned by the StatefulSet, so mapped back
+// by label).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		name := obj.GetLabels()[LabelCluster]
+		if name == "" || obj.GetLabels()[LabelManagedBy] != ManagedByValue {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("cluster").
+		For(&v1beta1.Cluster{}).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&networkingv1.Ingress{}).
+		Watches(&corev1.Pod{}, byClusterLabel).
+		Watches(&corev1.PersistentVolumeClaim{}, byClusterLabel).
+		Complete(r)
+}

@@ -1,0 +1,343 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+func TestResolve(t *testing.T) {
+	cfg := Config{ServerImage: "rancher/k3s", DefaultVersion: "v1.34.2-k3s1", DefaultPersistence: v1beta1.EphemeralPersistence, DefaultDatastore: v1beta1.SQLiteDatastore, DefaultStorageClass: "fast"}
+	cases := []struct {
+		name    string
+		spec    v1beta1.ClusterSpec
+		want    Settings
+		wantErr string
+	}{
+		{
+			name: "an empty spec takes every default",
+			spec: v1beta1.ClusterSpec{},
+			want: Settings{Persistence: v1beta1.EphemeralPersistence, Datastore: v1beta1.SQLiteDatastore, StorageClass: ptr.To("fast"), StorageSize: resource.MustParse("2Gi"), ServerImage: "rancher/k3s:v1.34.2-k3s1", Servers: 1},
+		},
+		{
+			name: "the spec wins over the defaults",
+			spec: v1beta1.ClusterSpec{Servers: 3, Version: "v1.33.1-k3s1", Persistence: v1beta1.PersistenceConfig{Type: v1beta1.DynamicPersistence, StorageClassName: ptr.To(""), StorageRequestSize: "10Gi"}, Datastore: v1beta1.DatastoreConfig{Type: v1beta1.EtcdDatastore}},
+			want: Settings{Persistence: v1beta1.DynamicPersistence, Datastore: v1beta1.EtcdDatastore, StorageClass: ptr.To(""), StorageSize: resource.MustParse("10Gi"), ServerImage: "rancher/k3s:v1.33.1-k3s1", Servers: 3},
+		},
+		{
+			name:    "three servers on the default sqlite cannot be realised",
+			spec:    v1beta1.ClusterSpec{Servers: 3},
+			wantErr: "servers: 3 needs datastore.type etcd; the datastore in effect is sqlite, which runs exactly 1 server",
+		},
+		{
+			name:    "a size that is not a quantity is reported",
+			spec:    v1beta1.ClusterSpec{Persistence: v1beta1.PersistenceConfig{StorageRequestSize: "big"}},
+			wantErr: `persistence.storageRequestSize "big" is not a quantity`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Resolve(&v1beta1.Cluster{Spec: tc.spec}, cfg)
+			if tc.wantErr != "" {
+				var invalid *InvalidSpecError
+				if !errors.As(err, &invalid) || err.Error() != tc.wantErr {
+					t.Fatalf("error %v, want InvalidSpecError %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("settings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func sampleCluster() *v1beta1.Cluster {
+	return &v1beta1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "tenants"},
+		Spec: v1beta1.ClusterSpec{
+			Servers: 1, ClusterCIDR: "10.42.0.0/16", ServiceCIDR: "10.43.0.0/16", ClusterDNS: "10.43.0.10",
+			TLSSANs:     []string{"demo.example.com", "k3k-demo-service"},
+			ServerArgs:  []string{"--kube-apiserver-arg=v=2"},
+			Persistence: v1beta1.PersistenceConfig{StorageRequestSize: "2Gi"},
+		},
+	}
+}
+
+func TestServerConfigIsTheK3sConfigFile(t *testing.T) {
+	c := sampleCluster()
+	s, err := Resolve(c, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ServerConfig(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `cluster-cidr: 10.42.0.0/16
+cluster-dns: 10.43.0.10
+data-dir: /var/lib/rancher/k3s
+datastore-endpoint: http://127.0.0.1:2379
+disable:
+- servicelb
+- traefik
+- metrics-server
+- local-storage
+disable-agent: true
+egress-selector-mode: disabled
+https-listen-port: 6443
+service-cidr: 10.43.0.0/16
+tls-san:
+- k3k-demo-service
+- k3k-demo-service.tenants
+- k3k-demo-service.tenants.svc
+- k3k-demo-service.tenants.svc.cluster.local
+- demo.example.com
+token-file: /etc/k3k/token/token
+write-kubeconfig: /var/lib/k3k/kubeconfig/kubeconfig.yaml
+write-kubeconfig-mode: "0600"
+`
+	if diff := cmp.Diff(want, string(got)); diff != "" {
+		t.Fatalf("k3s config (-want +got):\n%s", diff)
+	}
+}
+
+func TestExternalDatastoreKeepsCredentialsOutOfTheConfig(t *testing.T) {
+	c := sampleCluster()
+	c.Spec.Datastore = v1beta1.DatastoreConfig{Type: v1beta1.ExternalDatastore, External: &v1beta1.ExternalDatastoreConfig{
+		Endpoint: "postgres://db:5432/k3s", SecretRef: &corev1.LocalObjectReference{Name: "db-creds"},
+	}}
+	s, err := Resolve(c, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ServerConfig(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"datastore-endpoint", "postgres://"} {
+		if strings.Contains(string(cfg), bad) {
+			t.Fatalf("config names %q although the endpoint comes from a Secret:\n%s", bad, cfg)
+		}
+	}
+	sts := DesiredStatefulSet(c, s, testConfig, cfg)
+	if n := len(sts.Spec.Template.Spec.InitContainers); n != 0 {
+		t.Fatalf("an external datastore needs no sidecar, got %d init containers", n)
+	}
+	env := sts.Spec.Template.Spec.Containers[0].Env
+	if len(env) != 1 || env[0].Name != "K3S_DATASTORE_ENDPOINT" || env[0].ValueFrom.SecretKeyRef.Name != "db-creds" {
+		t.Fatalf("endpoint not taken from the Secret: %+v", env)
+	}
+}
+
+func TestDesiredStatefulSetPersistence(t *testing.T) {
+	cases := []struct {
+		name        string
+		persistence v1beta1.PersistenceType
+		retention   v1beta1.VolumeRetention
+		wantClaims  int
+		wantDataVol *corev1.VolumeSource
+		wantPolicy  string
+	}{
+		{"dynamic gets a claim per server, deleted with the cluster", v1beta1.DynamicPersistence, "", 1, nil, "Delete"},
+		{"dynamic with Retain keeps the claims", v1beta1.DynamicPersistence, v1beta1.RetainVolumes, 1, nil, "Retain"},
+		{"ephemeral keeps data in an emptyDir", v1beta1.EphemeralPersistence, "", 0, &corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}, "Delete"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sampleCluster()
+			c.Spec.Persistence.Type = tc.persistence
+			c.Spec.Persistence.WhenDeleted = tc.retention
+			s, err := Resolve(c, testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sts := DesiredStatefulSet(c, s, testConfig, []byte("cfg"))
+			if got := len(sts.Spec.VolumeClaimTemplates); got != tc.wantClaims {
+				t.Fatalf("%d claim templates, want %d", got, tc.wantClaims)
+			}
+			var dataVol *corev1.VolumeSource
+			for _, v := range sts.Spec.Template.Spec.Volumes {
+				if v.Name == DataVolume {
+					dataVol = v.VolumeSource.DeepCopy()
+				}
+			}
+			if diff := cmp.Diff(tc.wantDataVol, dataVol); diff != "" {
+				t.Fatalf("data volume (-want +got):\n%s", diff)
+			}
+			if got := string(sts.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted); got != tc.wantPolicy {
+				t.Fatalf("whenDeleted %s, want %s", got, tc.wantPolicy)
+			}
+		})
+	}
+}
+
+func TestDesiredStatefulSetPod(t *testing.T) {
+	c := sampleCluster()
+	c.Spec.NodeSelector = map[string]string{"disk": "ssd"}
+	s, err := Resolve(c, testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := DesiredStatefulSet(c, s, testConfig, []byte("cfg"))
+	pod := sts.Spec.Template.Spec
+
+	wantMounts := map[string][]corev1.VolumeMount{
+		"datastore": {{Name: "data", MountPath: "/var/lib/k3k/datastore", SubPath: "datastore"}},
+		"k3s": {
+			{Name: "data", MountPath: "/var/lib/rancher/k3s", SubPath: "k3s"},
+			{Name: "config", MountPath: "/etc/rancher/k3s", ReadOnly: true},
+			{Name: "kubeconfig", MountPath: "/var/lib/k3k/kubeconfig"},
+			{Name: "token", MountPath: "/etc/k3k/token", ReadOnly: true},
+			{Name: "tmp", MountPath: "/tmp"},
+		},
+		"kubeconfig-publisher": {
+			{Name: "kubeconfig", MountPath: "/var/lib/k3k/kubeconfig", ReadOnly: true},
+			{Name: "data", MountPath: "/var/lib/rancher/k3s", ReadOnly: true, SubPath: "k3s"},
+		},
+	}
+	for _, ctr := range append(append([]corev1.Container(nil), pod.InitContainers...), pod.Containers...) {
+		if diff := cmp.Diff(wantMounts[ctr.Name], ctr.VolumeMounts); diff != "" {
+			t.Errorf("%s mounts (-want +got):\n%s", ctr.Name, diff)
+		}
+		sc := ctr.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("%s security context is not restrictive: %+v", ctr.Name, sc)
+		}
+	}
+	if diff := cmp.Diff([]string{
+		"/usr/local/bin/datastore", "publish-kubeconfig",
+		"--kubeconfig-path=/var/lib/k3k/kubeconfig/kubeconfig.yaml",
+		"--server-url=https://k3k-demo-service.tenants.svc:443",
+		"--namespace=tenants",
+		"--secret-name=k3k-demo-kubeconfig",
+		"--token-path=/var/lib/rancher/k3s/server/token",
+		"--token-secret-name=k3k-demo-token",
+		"--health-address=:2383",
+	}, pod.Containers[1].Command); diff != "" {
+		t.Errorf("publisher command (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{
+		"/usr/local/bin/datastore", "sqlite", "--data-dir=/var/lib/k3k/datastore",
+		"--listen-address=127.0.0.1:2379", "--health-address=:2381", "--metrics-address=:2382",
+	}, pod.InitContainers[0].Command); diff != "" {
+		t.Errorf("datastore command (-want +got):\n%s", diff)
+	}
+	if pod.NodeSelector["disk"] != "ssd" || pod.ServiceAccountName != "k3k-demo-server" {
+		t.Errorf("nodeSelector %v serviceAccount %s", pod.NodeSelector, pod.ServiceAccountName)
+	}
+	if got := sts.Spec.Template.Annotations[AnnotationConfigHash]; got != ConfigHash([]byte("cfg")) {
+		t.Errorf("config hash annotation %q", got)
+	}
+	// A different config must roll the pods.
+	if other := DesiredStatefulSet(c, s, testConfig, []byte("cfg2")); other.Spec.Template.Annotations[AnnotationConfigHash] == sts.Spec.Template.Annotations[AnnotationConfigHash] {
+		t.Errorf("a config change does not change the pod template")
+	}
+}
+
+func TestDesiredServiceExpose(t *testing.T) {
+	cases := []struct {
+		name     string
+		expose   *v1beta1.ExposeConfig
+		wantType corev1.ServiceType
+		wantPort int32
+		wantNode int32
+	}{
+		{"in-cluster by default", nil, corev1.ServiceTypeClusterIP, 443, 0},
+		{"a node port", &v1beta1.ExposeConfig{NodePort: &v1beta1.NodePortConfig{ServerPort: ptr.To[int32](31443)}}, corev1.ServiceTypeNodePort, 443, 31443},
+		{"a load balancer on its own port", &v1beta1.ExposeConfig{LoadBalancer: &v1beta1.LoadBalancerConfig{ServerPort: ptr.To[int32](6443)}}, corev1.ServiceTypeLoadBalancer, 6443, 0},
+		{"an ingress keeps the Service in-cluster", &v1beta1.ExposeConfig{Ingress: &v1beta1.IngressConfig{Host: "k.example.com"}}, corev1.ServiceTypeClusterIP, 443, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sampleCluster()
+			c.Spec.Expose = tc.expose
+			svc := DesiredService(c)
+			if svc.Spec.Type != tc.wantType || svc.Spec.Ports[0].Port != tc.wantPort || svc.Spec.Ports[0].NodePort != tc.wantNode || svc.Spec.Ports[0].TargetPort.IntValue() != 6443 {
+				t.Fatalf("type %s ports %+v", svc.Spec.Type, svc.Spec.Ports)
+			}
+		})
+	}
+}
+
+func TestIngressHostIsATLSSAN(t *testing.T) {
+	c := sampleCluster()
+	c.Spec.Expose = &v1beta1.ExposeConfig{Ingress: &v1beta1.IngressConfig{Host: "k.example.com", Annotations: map[string]string{"a": "b"}}}
+	if ing := DesiredIngress(c); ing == nil || ing.Spec.Rules[0].Host != "k.example.com" || ing.Annotations["a"] != "b" {
+		t.Fatalf("ingress %+v", ing)
+	}
+	want := []string{"k3k-demo-service", "k3k-demo-service.tenants", "k3k-demo-service.tenants.svc", "k3k-demo-service.tenants.svc.cluster.local", "k.example.com", "demo.example.com"}
+	if diff := cmp.Diff(want, TLSSANs(c)); diff != "" {
+		t.Fatalf("SANs (-want +got):\n%s", diff)
+	}
+	if DesiredIngress(sampleCluster()) != nil {
+		t.Fatal("an ingress without expose.ingress")
+	}
+}
+
+func TestComputeStatus(t *testing.T) {
+	ready := tokenState{true, ReasonTokenAvailable, "ok"}
+	base := Settings{Datastore: v1beta1.SQLiteDatastore, Persistence: v1beta1.DynamicPersistence, Servers: 1}
+	cases := []struct {
+		name      string
+		o         observation
+		wantPhase v1beta1.ClusterPhase
+		want      map[string]string // condition type -> reason
+	}{
+		{
+			name:      "nothing created yet is pending",
+			o:         observation{settings: base, token: ready},
+			wantPhase: v1beta1.PhasePending,
+			want:      map[string]string{ConditionServersReady: ReasonServersStarting, ConditionKubeconfigPublished: ReasonWaiting, ConditionReady: ReasonNotReady},
+		},
+		{
+			name:      "an invalid kubeconfig is reported as such",
+			o:         observation{settings: base, token: ready, kubeconfig: []byte("x"), kubeconfigErr: errors.New("bad")},
+			wantPhase: v1beta1.PhasePending,
+			want:      map[string]string{ConditionKubeconfigPublished: ReasonInvalid},
+		},
+		{
+			name:      "an unrealisable spec fails",
+			o:         observation{settings: base, settingsErr: &InvalidSpecError{Message: "no"}},
+			wantPhase: v1beta1.PhaseFailed,
+			want:      map[string]string{ConditionReady: ReasonInvalidSpec},
+		},
+		{
+			name:      "etcd is reported as not built",
+			o:         observation{settings: Settings{Datastore: v1beta1.EtcdDatastore, Servers: 3}, token: ready},
+			wantPhase: v1beta1.PhasePending,
+			want:      map[string]string{ConditionDatastoreReady: ReasonNotSupportedYet},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sampleCluster()
+			st := computeStatus(c, tc.o)
+			if st.Phase != tc.wantPhase {
+				t.Fatalf("phase %s, want %s", st.Phase, tc.wantPhase)
+			}
+			for typ, reason := range tc.want {
+				var got string
+				for _, cond := range st.Conditions {
+					if cond.Type == typ {
+						got = cond.Reason
+					}
+				}
+				if got != reason {
+					t.Errorf("%s reason %q, want %q", typ, got, reason)
+				}
+			}
+		})
+	}
+}

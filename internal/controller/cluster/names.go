@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// Labels every object made for a Cluster carries; server pods add the component.
+const (
+	LabelManagedBy  = "app.kubernetes.io/managed-by"
+	ManagedByValue  = "k3k"
+	LabelCluster    = "k3k.io/cluster"
+	LabelComponent  = "k3k.io/component"
+	ComponentServer = "server"
+
+	// AnnotationInputHash records the hash of the desired object the controller
+	// last wrote, so an unchanged Cluster causes no writes (see apply.go).
+	AnnotationInputHash = "k3k.io/input-hash"
+	// AnnotationConfigHash on the pod template rolls the servers when their
+	// generated k3s configuration changes.
+	AnnotationConfigHash = "k3k.io/config-hash"
+)
+
+// Paths and ports inside a server pod. They are the contract between the
+// reconciler, the datastore binary and the k3s container.
+const (
+	DataVolume            = "data"
+	KubeconfigVolume      = "kubeconfig"
+	TokenVolume           = "token"
+	ConfigVolume          = "config"
+	TmpVolume             = "tmp"
+	DatastoreSecretVolume = "datastore-secret"
+
+	K3sDataDir         = "/var/lib/rancher/k3s"
+	DatastoreDataDir   = "/var/lib/k3k/datastore"
+	KubeconfigDir      = "/var/lib/k3k/kubeconfig"
+	KubeconfigPath     = KubeconfigDir + "/kubeconfig.yaml"
+	TokenDir           = "/etc/k3k/token"
+	TokenPath          = TokenDir + "/token"
+	ConfigDir          = "/etc/rancher/k3s"
+	ConfigPath         = ConfigDir + "/config.yaml"
+	DatastoreSecretDir = "/etc/k3k/datastore"
+	ServerTokenPath    = K3sDataDir + "/server/token"
+
+	APIPort              = 6443
+	ServicePort          = 443
+	DatastoreClientPort  = 2379
+	DatastorePeerPort    = 2380
+	DatastoreHealthPort  = 2381
+	DatastoreMetricsPort = 2382
+	PublisherHealthPort  = 2383
+
+	// SecretKeyToken is the key of the token in the token Secret.
+	SecretKeyToken = "token"
+	// SecretKeyKubeconfig is the key of the kubeconfig in the kubeconfig Secret.
+	SecretKeyKubeconfig = "kubeconfig.yaml"
+	// ConfigMapKeyConfig is the key of the k3s config in the server ConfigMap.
+	ConfigMapKeyConfig = "config.yaml"
+)
+
+// Names of the host objects one Cluster becomes.
+type Names struct {
+	Token, Kubeconfig, ServerConfig, Service, Headless, StatefulSet, ServiceAccount, Ingress string
+}
+
+// NamesFor returns the names of the objects made for c. The token Secret is the
+// user's when spec.tokenSecretRef is set.
+func NamesFor(c *v1beta1.Cluster) Names {
+	p := "k3k-" + c.Name
+	n := Names{
+		Token:          p + "-token",
+		Kubeconfig:     p + "-kubeconfig",
+		ServerConfig:   p + "-server-config",
+		Service:        p + "-service",
+		Headless:       p + "-server-headless",
+		StatefulSet:    p + "-server",
+		ServiceAccount: p + "-server",
+		Ingress:        p + "-ingress",
+	}
+	if c.Spec.TokenSecretRef != nil {
+		n.Token = c.Spec.TokenSecretRef.Name
+	}
+	return n
+}
+
+// ServiceHost is the in-cluster DNS name of the API Service.
+func ServiceHost(c *v1beta1.Cluster) string {
+	return fmt.Sprintf("%s.%s.svc", NamesFor(c).Service, c.Namespace)
+}
+
+// Endpoint is the in-cluster URL of the virtual API server; the published
+// kubeconfig points at it.
+func Endpoint(c *v1beta1.Cluster) string {
+	return fmt.Sprintf("https://%s:%d", ServiceHost(c), ServicePort)
+}

@@ -1,0 +1,181 @@
+package cluster
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// Condition types on a Cluster.
+const (
+	ConditionReady               = "Ready"
+	ConditionTokenReady          = "TokenReady"
+	ConditionDatastoreReady      = "DatastoreReady"
+	ConditionServersReady        = "ServersReady"
+	ConditionKubeconfigPublished = "KubeconfigPublished"
+)
+
+// Condition reasons. CamelCase, stable: tools and people match on them.
+const (
+	ReasonReady                = "Ready"
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonNotReady             = "NotReady"
+	ReasonTokenAvailable       = "TokenAvailable"
+	ReasonTokenSecretNotFound  = "TokenSecretNotFound"
+	ReasonTokenAwaitingRestore = "TokenAwaitingRestore"
+	ReasonDatastoreServing     = "DatastoreServing"
+	ReasonDatastoreStarting    = "DatastoreStarting"
+	ReasonDatastoreExternal    = "ExternalDatastore"
+	ReasonNotSupportedYet      = "NotSupportedYet"
+	ReasonServersReady         = "ServersReady"
+	ReasonServersStarting      = "ServersStarting"
+	ReasonWaiting              = "Waiting"
+	ReasonInvalid              = "Invalid"
+	ReasonPublished            = "Published"
+)
+
+// tokenState is what the controller observed of the token Secret.
+type tokenState struct {
+	ready   bool
+	reason  string
+	message string
+}
+
+// observation is what one reconcile saw of the world; status is a pure
+// function of it and never of earlier conditions.
+type observation struct {
+	settings    Settings
+	settingsErr error
+	token       tokenState
+	// statefulSet is nil when it does not exist (yet, or not for this datastore).
+	statefulSet *appsv1.StatefulSet
+	serverPods  []corev1.Pod
+	// kubeconfig is the content of the kubeconfig Secret; kubeconfigErr says why
+	// it is not usable when it is not empty.
+	kubeconfig    []byte
+	kubeconfigErr error
+}
+
+// computeStatus derives the Cluster's status from what was observed. It starts
+// from the current conditions only so that meta.SetStatusCondition keeps their
+// transition times when nothing changed.
+func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
+	st := v1beta1.ClusterStatus{
+		ObservedGeneration: c.Generation,
+		Endpoint:           Endpoint(c),
+		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
+		PersistenceType:    o.settings.Persistence,
+		Datastore:          &v1beta1.DatastoreStatus{Type: o.settings.Datastore},
+	}
+	set := func(t string, ok bool, reason, msg string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: c.Generation,
+		})
+	}
+
+	if o.statefulSet != nil {
+		st.ReadyServers = o.statefulSet.Status.ReadyReplicas
+	}
+
+	if o.settingsErr != nil {
+		set(ConditionReady, false, ReasonInvalidSpec, o.settingsErr.Error())
+		st.Phase = v1beta1.PhaseFailed
+		return st
+	}
+
+	set(ConditionTokenReady, o.token.ready, o.token.reason, o.token.message)
+	ds := datastoreCondition(o)
+	set(ConditionDatastoreReady, ds.ok, ds.reason, ds.message)
+	srv := serversCondition(o)
+	set(ConditionServersReady, srv.ok, srv.reason, srv.message)
+	kc := kubeconfigCondition(o)
+	set(ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
+
+	ready := condResult{ok: true, reason: ReasonReady, message: "servers are ready and the kubeconfig is published"}
+	for _, part := range []struct {
+		name string
+		r    condResult
+	}{{ConditionTokenReady, condResult{o.token.ready, o.token.reason, o.token.message}}, {ConditionDatastoreReady, ds}, {ConditionServersReady, srv}, {ConditionKubeconfigPublished, kc}} {
+		if !part.r.ok {
+			ready = condResult{ok: false, reason: ReasonNotReady, message: fmt.Sprintf("%s: %s", part.name, part.r.message)}
+			break
+		}
+	}
+	set(ConditionReady, ready.ok, ready.reason, ready.message)
+
+	switch {
+	case !c.DeletionTimestamp.IsZero():
+		st.Phase = v1beta1.PhaseTerminating
+	case ready.ok:
+		st.Phase = v1beta1.PhaseReady
+	case o.statefulSet == nil:
+		st.Phase = v1beta1.PhasePending
+	default:
+		st.Phase = v1beta1.PhaseProvisioning
+	}
+	return st
+}
+
+type condResult struct {
+	ok      bool
+	reason  string
+	message string
+}
+
+func datastoreCondition(o observation) condResult {
+	switch o.settings.Datastore {
+	case v1beta1.ExternalDatastore:
+		return condResult{true, ReasonDatastoreExternal, "the datastore is run by the user; k3s reports whether it can reach it"}
+	case v1beta1.EtcdDatastore:
+		return condResult{false, ReasonNotSupportedYet, "datastore.type etcd is accepted but not built yet; use sqlite or external"}
+	}
+	ready := 0
+	for _, p := range o.serverPods {
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == "datastore" && s.Ready {
+				ready++
+			}
+		}
+	}
+	if want := int(o.settings.Servers); ready >= want {
+		return condResult{true, ReasonDatastoreServing, fmt.Sprintf("%d/%d datastore sidecars ready", ready, want)}
+	}
+	return condResult{false, ReasonDatastoreStarting, fmt.Sprintf("%d/%d datastore sidecars ready", ready, o.settings.Servers)}
+}
+
+func serversCondition(o observation) condResult {
+	sts := o.statefulSet
+	if sts == nil {
+		return condResult{false, ReasonServersStarting, "the server StatefulSet does not exist yet"}
+	}
+	want := o.settings.Servers
+	current := sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == want
+	msg := fmt.Sprintf("%d/%d servers ready", sts.Status.ReadyReplicas, want)
+	if current && sts.Status.ReadyReplicas >= want {
+		return condResult{true, ReasonServersReady, msg}
+	}
+	if !current {
+		msg += ", rollout in progress"
+	}
+	return condResult{false, ReasonServersStarting, msg}
+}
+
+func kubeconfigCondition(o observation) condResult {
+	switch {
+	case len(o.kubeconfig) == 0:
+		return condResult{false, ReasonWaiting, "waiting for the server to write its kubeconfig"}
+	case o.kubeconfigErr != nil:
+		return condResult{false, ReasonInvalid, o.kubeconfigErr.Error()}
+	default:
+		return condResult{true, ReasonPublished, "the kubeconfig Secret holds a valid kubeconfig for the cluster's Service"}
+	}
+}

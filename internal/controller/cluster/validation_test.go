@@ -1,0 +1,145 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// newCluster returns an unsaved Cluster with the given changes applied.
+func newCluster(ns, name string, changes ...func(*v1beta1.Cluster)) *v1beta1.Cluster {
+	c := &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	for _, change := range changes {
+		change(c)
+	}
+	return c
+}
+
+// TestAdmissionRejectsInvalidSpecs creates each invalid spec against the real
+// kube-apiserver and checks that the CRD's validation rules reject it with the
+// message that names the field.
+func TestAdmissionRejectsInvalidSpecs(t *testing.T) {
+	ns := newNamespace(t)
+	cases := []struct {
+		name   string
+		spec   func(*v1beta1.Cluster)
+		wantIn string
+	}{
+		{"virtual mode is not supported yet", func(c *v1beta1.Cluster) { c.Spec.Mode = v1beta1.VirtualMode }, "'virtual' is not supported yet"},
+		{"an unknown mode is refused", func(c *v1beta1.Cluster) { c.Spec.Mode = "dedicated" }, `spec.mode: Unsupported value: "dedicated"`},
+		{"fewer than one server is refused", func(c *v1beta1.Cluster) { c.Spec.Servers = -1 }, "spec.servers: Invalid value: -1: spec.servers in body should be greater than or equal to 1"},
+		{"more than seven servers are refused", func(c *v1beta1.Cluster) {
+			c.Spec.Servers = 9
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+		}, "spec.servers in body should be less than or equal to 7"},
+		{"sqlite with three servers is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Servers = 3
+			c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
+		}, "servers: datastore.type sqlite runs exactly 1 server"},
+		{"etcd with an even number of servers is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Servers = 4
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+		}, "servers: datastore.type etcd needs an odd number of servers"},
+		{"external without an endpoint is refused", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.ExternalDatastore }, "datastore.external.endpoint is required when datastore.type is external"},
+		{"external settings with sqlite are refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
+			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db:5432/k3s"}
+		}, "datastore.external may only be set when datastore.type is external"},
+		{"an unknown datastore is refused", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = "mongodb" }, `spec.datastore.type: Unsupported value: "mongodb"`},
+		{"an unknown persistence type is refused", func(c *v1beta1.Cluster) { c.Spec.Persistence.Type = "static" }, `spec.persistence.type: Unsupported value: "static"`},
+		{"a storage size that is not a quantity is refused", func(c *v1beta1.Cluster) { c.Spec.Persistence.StorageRequestSize = "lots" }, "persistence.storageRequestSize must be a quantity such as 2Gi"},
+		{"a cluster CIDR that is not a CIDR is refused", func(c *v1beta1.Cluster) { c.Spec.ClusterCIDR = "10.42.0.0" }, "clusterCIDR must be a CIDR such as 10.42.0.0/16"},
+		{"a service CIDR that is not a CIDR is refused", func(c *v1beta1.Cluster) { c.Spec.ServiceCIDR = "banana" }, "serviceCIDR must be a CIDR such as 10.43.0.0/16"},
+		{"a cluster DNS that is not an IP is refused", func(c *v1beta1.Cluster) { c.Spec.ClusterDNS = "dns.local" }, "clusterDNS must be an IP address"},
+		{"two ways of exposing are refused", func(c *v1beta1.Cluster) {
+			c.Spec.Expose = &v1beta1.ExposeConfig{NodePort: &v1beta1.NodePortConfig{}, LoadBalancer: &v1beta1.LoadBalancerConfig{}}
+		}, "expose: ingress, loadBalancer and nodePort are mutually exclusive"},
+		{"a node port outside the node port range is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Expose = &v1beta1.ExposeConfig{NodePort: &v1beta1.NodePortConfig{ServerPort: ptr.To[int32](8443)}}
+		}, "spec.expose.nodePort.serverPort in body should be greater than or equal to 30000"},
+		{"serverArgs may not move the datastore", func(c *v1beta1.Cluster) {
+			c.Spec.ServerArgs = []string{"--datastore-endpoint=postgres://elsewhere"}
+		}, "serverArgs: --datastore-endpoint, --token"},
+		{"serverArgs may not replace the token", func(c *v1beta1.Cluster) { c.Spec.ServerArgs = []string{"--token", "x"} }, "are managed by k3k and cannot be set"},
+		{"an unknown volume retention is refused", func(c *v1beta1.Cluster) { c.Spec.Persistence.WhenDeleted = "Keep" }, `spec.persistence.whenDeleted: Unsupported value: "Keep"`},
+		{"a token Secret reference needs a name", func(c *v1beta1.Cluster) { c.Spec.TokenSecretRef = &v1beta1.TokenSecretReference{} }, "spec.tokenSecretRef.name in body should be at least 1 chars long"},
+		{"a k3s version with spaces is refused", func(c *v1beta1.Cluster) { c.Spec.Version = "v1 latest" }, "spec.version in body should match"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(ns, fmt.Sprintf("invalid-%d", i), tc.spec)
+			err := k8s.Create(context.Background(), c)
+			if err == nil {
+				t.Fatalf("created an invalid Cluster; want an error containing %q", tc.wantIn)
+			}
+			if !strings.Contains(err.Error(), tc.wantIn) {
+				t.Fatalf("error does not name the problem:\n got: %v\nwant: ...%s...", err, tc.wantIn)
+			}
+		})
+	}
+}
+
+// TestAdmissionRejectsInvalidUpdates changes a valid Cluster in ways the
+// API forbids after creation.
+func TestAdmissionRejectsInvalidUpdates(t *testing.T) {
+	ns := newNamespace(t)
+	cases := []struct {
+		name   string
+		change func(*v1beta1.Cluster)
+		wantIn string
+	}{
+		{"the datastore type is immutable", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.EtcdDatastore }, "datastore.type is immutable"},
+		{"unsetting the persistence type counts as a change", func(c *v1beta1.Cluster) { c.Spec.Persistence.Type = "" }, "persistence.type is immutable"},
+		{"the cluster CIDR is immutable", func(c *v1beta1.Cluster) { c.Spec.ClusterCIDR = "10.50.0.0/16" }, "clusterCIDR is immutable"},
+		{"the service CIDR is immutable", func(c *v1beta1.Cluster) { c.Spec.ServiceCIDR = "10.51.0.0/16" }, "serviceCIDR is immutable"},
+		{"the storage request may not shrink", func(c *v1beta1.Cluster) { c.Spec.Persistence.StorageRequestSize = "1Gi" }, "persistence.storageRequestSize may only grow"},
+		{"the mode stays shared", func(c *v1beta1.Cluster) { c.Spec.Mode = v1beta1.VirtualMode }, "'virtual' is not supported yet"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(ns, fmt.Sprintf("update-%d", i), func(c *v1beta1.Cluster) {
+				c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
+				c.Spec.Persistence.Type = v1beta1.DynamicPersistence
+				c.Spec.ClusterCIDR = "10.42.0.0/16"
+				c.Spec.ServiceCIDR = "10.43.0.0/16"
+			})
+			ctx := context.Background()
+			if err := k8s.Create(ctx, c); err != nil {
+				t.Fatalf("creating a valid Cluster: %v", err)
+			}
+			tc.change(c)
+			err := k8s.Update(ctx, c)
+			if err == nil {
+				t.Fatalf("update accepted; want an error containing %q", tc.wantIn)
+			}
+			if !strings.Contains(err.Error(), tc.wantIn) {
+				t.Fatalf("error does not name the problem:\n got: %v\nwant: ...%s...", err, tc.wantIn)
+			}
+		})
+	}
+}
+
+// TestAdmissionAcceptsGrowthAndDefaults checks the other side: a minimal
+// Cluster gets its defaults, and the storage request may grow.
+func TestAdmissionAcceptsGrowthAndDefaults(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(newNamespace(t), "minimal")
+	if err := k8s.Create(ctx, c); err != nil {
+		t.Fatalf("creating a minimal Cluster: %v", err)
+	}
+	if c.Spec.Mode != v1beta1.SharedMode || c.Spec.Servers != 1 || c.Spec.Persistence.StorageRequestSize != "2Gi" || c.Spec.Persistence.WhenDeleted != v1beta1.DeleteVolumes {
+		t.Fatalf("defaults not applied: mode=%q servers=%d size=%q whenDeleted=%q", c.Spec.Mode, c.Spec.Servers, c.Spec.Persistence.StorageRequestSize, c.Spec.Persistence.WhenDeleted)
+	}
+	c.Spec.Persistence.StorageRequestSize = "3Gi"
+	c.Spec.ServerEnvs = []corev1.EnvVar{{Name: "K3S_DEBUG", Value: "true"}}
+	if err := k8s.Update(ctx, c); err != nil {
+		t.Fatalf("growing the storage request: %v", err)
+	}
+}

@@ -1,0 +1,8 @@
+// Package testenv starts real upstream components for tests: a kube-apiserver
+// process on any etcd-API endpoint (real etcd, or our kine-backed datastore), with
+// its own CA, serving certificate and an admin client certificate.
+//
+// The binaries come from the tools directory that `make tools` fills
+// (hack/build-tools.sh builds them from their Go modules). A missing binary is an
+// error that says how to build it, never a skipped test.
+package testenv
