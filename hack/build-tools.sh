@@ -21,6 +21,7 @@ for cmd in "$@"; do
     etcd) moddir=$root/hack/tools/etcd; pkg=. ;;
     controller-gen) moddir=$root/hack/tools/controller-gen; pkg=sigs.k8s.io/controller-tools/cmd/controller-gen ;;
     staticcheck) moddir=$root/hack/tools/staticcheck; pkg=honnef.co/go/tools/cmd/staticcheck ;;
+    helm) moddir=$root/hack/tools/helm; pkg=helm.sh/helm/v3/cmd/helm ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl)
       moddir=$root/hack/tools/kube; pkg=k8s.io/kubernetes/cmd/$cmd ;;
     *) echo "build-tools: unknown command $cmd" >&2; exit 2 ;;
@@ -30,7 +31,9 @@ for cmd in "$@"; do
     continue
   fi
   echo "build-tools: building $cmd into $dest" >&2
-  (cd "$moddir" && CGO_ENABLED=0 go build -trimpath -o "$dest/$cmd.tmp" "$pkg")
-  mv "$dest/$cmd.tmp" "$dest/$cmd"
+  # A private temporary name, so two concurrent runs never move each other's file.
+  tmp=$dest/.$cmd.$$.tmp
+  (cd "$moddir" && CGO_ENABLED=0 go build -trimpath -o "$tmp" "$pkg")
+  mv "$tmp" "$dest/$cmd"
   echo "$want" > "$dest/.$cmd.stamp"
 done

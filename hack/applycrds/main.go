@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,13 +51,16 @@ func run(ctx context.Context, dir string) error {
 		if err != nil {
 			return err
 		}
+		// Decoding into the typed CRD first rejects files that are not CRDs.
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := yaml.UnmarshalStrict(raw, crd); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		crd.APIVersion, crd.Kind = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
-		//nolint:staticcheck // Patch with client.Apply is the apply call that takes a typed object.
-		if err := c.Patch(ctx, crd, client.Apply, client.FieldOwner("k3k-applycrds"), client.ForceOwnership); err != nil {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(raw, &u.Object); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("k3k-applycrds"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s: %w", crd.Name, err)
 		}
 		if err := waitEstablished(ctx, c, crd.Name); err != nil {
