@@ -564,3 +564,53 @@ func TestManagerRestoresDeletedObjects(t *testing.T) {
 		})
 	}
 }
+
+// TestSpecChangesAreApplied: a changed spec updates exactly the objects it
+// affects, keeps what the API server allocated, and the next reconcile is
+// again free of writes.
+func TestSpecChangesAreApplied(t *testing.T) {
+	r, writes := newReconciler(t)
+	c := createCluster(t, newCluster(newNamespace(t), "changing"))
+	reconcileOnce(t, r, c)
+	reconcileOnce(t, r, c)
+	n := NamesFor(c)
+	sts := &appsv1.StatefulSet{}
+	get(t, c, n.StatefulSet, sts)
+	oldHash := sts.Spec.Template.Annotations[AnnotationConfigHash]
+	svc := &corev1.Service{}
+	get(t, c, n.Service, svc)
+	clusterIP := svc.Spec.ClusterIP
+
+	get(t, c, c.Name, c)
+	c.Spec.TLSSANs = []string{"changed.example.com"}
+	c.Spec.ServerArgs = []string{"--kube-apiserver-arg=v=4"}
+	c.Spec.Expose = &v1beta1.ExposeConfig{NodePort: &v1beta1.NodePortConfig{}}
+	if err := k8s.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+
+	get(t, c, n.StatefulSet, sts)
+	if got := sts.Spec.Template.Annotations[AnnotationConfigHash]; got == oldHash {
+		t.Fatalf("a new TLS SAN did not change the pod template's config hash")
+	}
+	if cmd := sts.Spec.Template.Spec.Containers[0].Command; cmd[len(cmd)-1] != "--kube-apiserver-arg=v=4" {
+		t.Fatalf("serverArgs not applied: %v", cmd)
+	}
+	get(t, c, n.Service, svc)
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || svc.Spec.Ports[0].NodePort == 0 || svc.Spec.ClusterIP != clusterIP {
+		t.Fatalf("Service: type %s nodePort %d clusterIP %s (was %s)", svc.Spec.Type, svc.Spec.Ports[0].NodePort, svc.Spec.ClusterIP, clusterIP)
+	}
+	nodePort := svc.Spec.Ports[0].NodePort
+
+	start := writes.count()
+	reconcileOnce(t, r, c)
+	reconcileOnce(t, r, c)
+	if n := writes.count() - start; n != 0 {
+		t.Fatalf("%d writes after the change was applied", n)
+	}
+	get(t, c, n.Service, svc)
+	if svc.Spec.Ports[0].NodePort != nodePort {
+		t.Fatalf("the allocated node port changed from %d to %d", nodePort, svc.Spec.Ports[0].NodePort)
+	}
+}
