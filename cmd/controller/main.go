@@ -19,6 +19,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
 // options are the command-line settings.
@@ -135,7 +136,7 @@ func run(o *options) error {
 		Client:             mgr.GetClient(),
 		APIReader:          mgr.GetAPIReader(),
 		Config:             o.cfg,
-		ValidateKubeconfig: cluster.ValidateKubeconfig,
+		ValidateKubeconfig: kubeconfig.Validate,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the cluster controller: %w", err)

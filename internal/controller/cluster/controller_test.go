@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
 // createCluster saves c and fails the test on error.
@@ -509,7 +511,7 @@ func TestManagerRestoresDeletedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Config: testConfig, ValidateKubeconfig: ValidateKubeconfig}
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Config: testConfig, ValidateKubeconfig: kubeconfig.Validate}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -612,5 +614,39 @@ func TestSpecChangesAreApplied(t *testing.T) {
 	get(t, c, n.Service, svc)
 	if svc.Spec.Ports[0].NodePort != nodePort {
 		t.Fatalf("the allocated node port changed from %d to %d", nodePort, svc.Spec.Ports[0].NodePort)
+	}
+}
+
+// TestKubeconfigConditionFollowsTheSecret: the condition is derived from the
+// Secret's content as it is now: empty → Waiting, garbage → Invalid with a
+// reason that quotes no content, valid → Published.
+func TestKubeconfigConditionFollowsTheSecret(t *testing.T) {
+	r, _ := newReconciler(t)
+	c := createCluster(t, newCluster(newNamespace(t), "kc"))
+	reconcileOnce(t, r, c)
+	ctx := context.Background()
+	secret := &corev1.Secret{}
+	for _, tc := range []struct {
+		data       []byte
+		wantReason string
+	}{
+		{nil, ReasonWaiting},
+		{[]byte("apiVersion: v1\nkind: Config\nclusters: [oops"), ReasonInvalid},
+		{validKubeconfig(t, "https://k3k-kc-service."+c.Namespace+".svc:443"), ReasonPublished},
+		{[]byte("  \n"), ReasonWaiting},
+	} {
+		get(t, c, NamesFor(c).Kubeconfig, secret)
+		secret.Data = map[string][]byte{SecretKeyKubeconfig: tc.data}
+		if err := k8s.Update(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		reconcileOnce(t, r, c)
+		got := condition(t, c, ConditionKubeconfigPublished)
+		if got.Reason != tc.wantReason {
+			t.Fatalf("content %.20q: reason %s (%s), want %s", tc.data, got.Reason, got.Message, tc.wantReason)
+		}
+		if got.Reason == ReasonInvalid && strings.Contains(got.Message, "oops") {
+			t.Fatalf("the condition quotes the Secret's content: %s", got.Message)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
 // Labels every object made for a Cluster carries; server pods add the component.
@@ -54,7 +55,7 @@ const (
 	// SecretKeyToken is the key of the token in the token Secret.
 	SecretKeyToken = "token"
 	// SecretKeyKubeconfig is the key of the kubeconfig in the kubeconfig Secret.
-	SecretKeyKubeconfig = "kubeconfig.yaml"
+	SecretKeyKubeconfig = kubeconfig.SecretKey
 	// ConfigMapKeyConfig is the key of the k3s config in the server ConfigMap.
 	ConfigMapKeyConfig = "config.yaml"
 )

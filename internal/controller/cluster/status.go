@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
 // Condition types on a Cluster.
@@ -171,7 +173,7 @@ func serversCondition(o observation) condResult {
 
 func kubeconfigCondition(o observation) condResult {
 	switch {
-	case len(o.kubeconfig) == 0:
+	case len(o.kubeconfig) == 0 || errors.Is(o.kubeconfigErr, kubeconfig.ErrEmpty):
 		return condResult{false, ReasonWaiting, "waiting for the server to write its kubeconfig"}
 	case o.kubeconfigErr != nil:
 		return condResult{false, ReasonInvalid, o.kubeconfigErr.Error()}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
 // The envtest suite runs the reconciler against a real kube-apiserver and etcd
@@ -148,7 +149,7 @@ func newReconciler(t *testing.T) (*Reconciler, *writeCounter) {
 		Client:             countingClient(t, w),
 		APIReader:          k8s,
 		Config:             testConfig,
-		ValidateKubeconfig: ValidateKubeconfig,
+		ValidateKubeconfig: kubeconfig.Validate,
 	}, w
 }
 
