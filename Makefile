@@ -5,6 +5,7 @@
 #   kube-apiserver    v1.34.2  (hack/tools/kube)     — envtest and the e2e host cluster
 #   etcd              v3.6.16  (hack/tools/etcd)     — envtest storage
 #   controller-gen    v0.20.0  (hack/tools/controller-gen)
+#   helm              v3.22.0  (hack/tools/helm)     — chart tests
 #   staticcheck       v0.8.2   (hack/tools/staticcheck)
 #   Libraries: controller-runtime v0.25.2, client-go v0.37.0, kine v0.17.5,
 #   etcd server/client v3.7.3 (go.mod).
@@ -58,8 +59,8 @@ lint: $(STATICCHECK) ## go vet and staticcheck.
 	$(STATICCHECK) ./...
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd and the generators from source (cached in TOOLS_DIR).
-	hack/build-tools.sh $(TOOLS_DIR) kube-apiserver etcd controller-gen
+tools: ## Build kube-apiserver, etcd, helm and the generators from source (cached in TOOLS_DIR).
+	hack/build-tools.sh $(TOOLS_DIR) kube-apiserver etcd controller-gen helm
 
 $(CONTROLLER_GEN) $(STATICCHECK): hack/build-tools.sh
 	hack/build-tools.sh $(TOOLS_DIR) $(notdir $@)

@@ -67,6 +67,7 @@ const (
 // +kubebuilder:printcolumn:name="Datastore",type=string,JSONPath=`.status.datastore.type`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 41",message="metadata.name may be at most 41 characters: it prefixes the host objects' names, and the StatefulSet's revision label must stay within 63"
 type Cluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

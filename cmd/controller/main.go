@@ -35,9 +35,11 @@ type options struct {
 	cfg                    cluster.Config
 }
 
-func parseFlags(args []string) (*options, error) {
+// parseFlags parses args; zapOpts receives the --zap-* logging flags.
+func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	zapOpts.BindFlags(fs)
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 turns it off")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
@@ -89,8 +91,7 @@ func splitList(s string) []string {
 
 func main() {
 	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	o, err := parseFlags(os.Args[1:])
+	o, err := parseFlags(os.Args[1:], &zapOpts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)
 		os.Exit(2)

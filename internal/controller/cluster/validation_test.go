@@ -70,6 +70,7 @@ func TestAdmissionRejectsInvalidSpecs(t *testing.T) {
 		{"serverArgs may not replace the token", func(c *v1beta1.Cluster) { c.Spec.ServerArgs = []string{"--token", "x"} }, "are managed by k3k and cannot be set"},
 		{"an unknown volume retention is refused", func(c *v1beta1.Cluster) { c.Spec.Persistence.WhenDeleted = "Keep" }, `spec.persistence.whenDeleted: Unsupported value: "Keep"`},
 		{"a token Secret reference needs a name", func(c *v1beta1.Cluster) { c.Spec.TokenSecretRef = &v1beta1.TokenSecretReference{} }, "spec.tokenSecretRef.name in body should be at least 1 chars long"},
+		{"a name too long for the derived names is refused", func(c *v1beta1.Cluster) { c.Name = strings.Repeat("n", 42) }, "metadata.name may be at most 41 characters"},
 		{"a k3s version with spaces is refused", func(c *v1beta1.Cluster) { c.Spec.Version = "v1 latest" }, "spec.version in body should match"},
 	}
 	for i, tc := range cases {

@@ -1,0 +1,135 @@
+{{/* Names, labels and image references shared by the templates. */}}
+
+{{- define "k3k.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* fullname is the release name, or RELEASE-k3k when the release name does not
+already say k3k; objects of two releases never collide. */}}
+{{- define "k3k.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "k3k.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "k3k.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "k3k.labels" -}}
+{{ include "k3k.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: k3k
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "k3k.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "k3k.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* repository prefixes an image repository with global.imageRegistry.
+Call with (dict "repository" REPO "root" $). */}}
+{{- define "k3k.repository" -}}
+{{- $registry := .root.Values.global.imageRegistry | trimSuffix "/" -}}
+{{- if $registry -}}
+{{- printf "%s/%s" $registry .repository -}}
+{{- else -}}
+{{- .repository -}}
+{{- end -}}
+{{- end -}}
+
+{{/* image is REGISTRY/REPOSITORY:TAG for one image block; the tag defaults to the
+chart's appVersion. Call with (dict "image" IMAGE "root" $). */}}
+{{- define "k3k.image" -}}
+{{- $repo := include "k3k.repository" (dict "repository" .image.repository "root" .root) -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{/* pullSecretNames is the list of pull secret names, whether given as
+{name: X} or as bare strings. */}}
+{{- define "k3k.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- if kindIs "string" . -}}
+{{- $names = append $names . -}}
+{{- else -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}
+
+{{/* deployedPullPolicy is the one pull policy the controller applies to every
+image it deploys. The controller has a single --image-pull-policy flag, so the
+three images it deploys must agree rather than one silently winning. */}}
+{{- define "k3k.deployedPullPolicy" -}}
+{{- $ds := .Values.datastore.image.pullPolicy -}}
+{{- $agent := .Values.sharedAgent.image.pullPolicy -}}
+{{- $k3s := .Values.k3sServer.image.pullPolicy -}}
+{{- if or (ne $ds $agent) (ne $ds $k3s) -}}
+{{- fail (printf "datastore.image.pullPolicy (%s), sharedAgent.image.pullPolicy (%s) and k3sServer.image.pullPolicy (%s) must be equal: the controller applies one pull policy to every image it deploys" $ds $agent $k3s) -}}
+{{- end -}}
+{{- $ds -}}
+{{- end -}}
+
+{{/* controllerRules are the rights the controller needs in every namespace it
+watches. Each rule says which code path needs it (internal/controller/cluster).
+No delete anywhere: owner references let the garbage collector remove what a
+Cluster owned, and the StatefulSet's claim retention policy its volumes. */}}
+{{- define "k3k.controllerRules" -}}
+# Clusters are the reconciler's input (For); it writes only their status.
+- apiGroups: ["k3k.io"]
+  resources: ["clusters"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["k3k.io"]
+  resources: ["clusters/status"]
+  verbs: ["update"]
+# Owner references with blockOwnerDeletion need update on the owner's
+# finalizers where the OwnerReferencesPermissionEnforcement admission plugin runs.
+- apiGroups: ["k3k.io"]
+  resources: ["clusters/finalizers"]
+  verbs: ["update"]
+# Secrets: the token and kubeconfig Secrets are created and kept (Owns, cached
+# by label); a user's tokenSecretRef Secret is read uncached (get). get, update
+# and patch are also what each server's Role grants its publisher on two Secrets,
+# and RBAC only lets the controller grant rights it holds.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+# The k3s config (ConfigMap), the API and headless Services and the server
+# ServiceAccount are created and kept in line with the Cluster (Owns).
+- apiGroups: [""]
+  resources: ["configmaps", "services", "serviceaccounts"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+# Server pods are observed for readiness (Watches, by label, read from the
+# cache); never written.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+# Server volume claims are observed (whether a server holds data) and patched
+# to grow them when spec.persistence.storageRequestSize grows.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["list", "watch", "patch"]
+# The publisher's Role and RoleBinding (rights on two named Secrets only).
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+# The servers' StatefulSet (Owns).
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+# The Ingress of spec.expose.ingress (Owns).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["ingresses"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+{{- end -}}

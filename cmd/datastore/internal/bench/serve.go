@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/k3s-io/kine/pkg/drivers/generic"
+	kinesqlite "github.com/k3s-io/kine/pkg/drivers/sqlite"
+	"github.com/k3s-io/kine/pkg/endpoint"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// serveKine runs kine the way its own binary does with no flags: the stock
+// SQLite DSN and the binary's defaults, only the file and address are ours.
+func serveKine(dir, addr string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	wg := &sync.WaitGroup{}
+	_, err := endpoint.Listen(ctx, endpoint.Config{
+		WaitGroup:            wg,
+		Listener:             addr,
+		Endpoint:             "sqlite://" + filepath.Join(dir, "state.db") + "?" + kinesqlite.DefaultParams,
+		ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
+		NotifyInterval:       5 * time.Second,
+		EmulatedETCDVersion:  "3.6.11",
+		CompactTimeout:       5 * time.Second,
+		CompactMinRetain:     1000,
+		CompactBatchSize:     1000,
+		PollBatchSize:        500,
+		PollInterval:         time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	wg.Wait()
+	return nil
+}
+
+// serveEtcd runs one etcd member with embed's defaults (fsync on).
+func serveEtcd(dir, addr string) error {
+	cfg := embed.NewConfig()
+	cfg.Dir = filepath.Join(dir, "etcd")
+	cfg.LogLevel = "error"
+	client, _ := url.Parse("http://" + addr)
+	peer, _ := url.Parse("http://127.0.0.1:0")
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(time.Minute):
+		return fmt.Errorf("etcd not ready")
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-sig:
+	case err := <-e.Err():
+		return err
+	}
+	return nil
+}

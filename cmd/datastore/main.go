@@ -1,0 +1,34 @@
+// Command datastore is the server pod's sidecar binary: `datastore sqlite` serves
+// the virtual cluster's datastore over the etcd v3 API, and `datastore
+// publish-kubeconfig` copies the kubeconfig k3s writes into the cluster's Secret.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "datastore:", err)
+		os.Exit(1)
+	}
+}
+
+// newRootCommand builds the datastore command. Its subcommands are listed here
+// and nowhere else.
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "datastore",
+		Short:         "The k3k server pod's sidecars: the datastore and the kubeconfig publisher",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newSQLiteCommand(),
+		newPublishKubeconfigCommand(),
+	)
+	return root
+}

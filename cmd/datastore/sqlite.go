@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/k3k-io/k3k/pkg/datastore"
+	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
+)
+
+// shutdownTimeout bounds the graceful stop; kubelet's default grace period is 30s.
+const shutdownTimeout = 20 * time.Second
+
+type sqliteOptions struct {
+	dataDir        string
+	listenAddress  string
+	healthAddress  string
+	metricsAddress string
+	sync           string
+}
+
+func newSQLiteCommand() *cobra.Command {
+	var o sqliteOptions
+	cmd := &cobra.Command{
+		Use:   "sqlite --data-dir DIR",
+		Short: "Serve a SQLite database through kine",
+		Long: `Serve a SQLite database in DIR over the etcd v3 API through kine.
+
+The health address serves /healthz (process up), /readyz (serving and writable)
+and /status (sizes and revisions as JSON); the metrics address serves /metrics.
+Unless given, both listen on the host of --listen-address with a port chosen by
+the kernel (logged at start), so several instances never collide.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSQLite(cmd.Context(), o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dataDir, "data-dir", "", "existing, writable directory holding the database (required)")
+	f.StringVar(&o.listenAddress, "listen-address", sqlite.DefaultListenAddress, "host:port for the etcd v3 API; port 0 picks a free port")
+	f.StringVar(&o.healthAddress, "health-address", "", "host:port for /healthz, /readyz and /status (default: listen host, free port)")
+	f.StringVar(&o.metricsAddress, "metrics-address", "", "host:port for /metrics (default: listen host, free port)")
+	f.StringVar(&o.sync, "sync", string(sqlite.SyncGroup), `how writes are made durable before they are acknowledged: "group" (shared fsyncs) or "commit" (SQLite fsyncs every commit)`)
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}
+
+func runSQLite(ctx context.Context, o sqliteOptions, stderr io.Writer) error {
+	log := newLogger(stderr)
+	ctx = logr.NewContext(ctx, log)
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+
+	host, _, err := net.SplitHostPort(o.listenAddress)
+	if err != nil {
+		return fmt.Errorf("--listen-address %q: %w", o.listenAddress, err)
+	}
+	healthAddr := orDefault(o.healthAddress, net.JoinHostPort(host, "0"))
+	metricsAddr := orDefault(o.metricsAddress, net.JoinHostPort(host, "0"))
+	// Bind the HTTP ports before opening the database, so a port clash fails
+	// fast without touching the data dir.
+	healthLn, err := net.Listen("tcp", healthAddr)
+	if err != nil {
+		return fmt.Errorf("--health-address: %w", err)
+	}
+	defer healthLn.Close()
+	metricsLn, err := net.Listen("tcp", metricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-address: %w", err)
+	}
+	defer metricsLn.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := sqlite.Open(ctx, sqlite.Config{
+		DataDir:           o.dataDir,
+		ListenAddress:     o.listenAddress,
+		Sync:              sqlite.SyncMode(o.sync),
+		MetricsRegisterer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(datastore.NewCollector(srv))
+
+	health := &http.Server{Handler: datastore.HealthHandler(srv), ReadHeaderTimeout: 10 * time.Second}
+	metrics := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
+	go serveHTTP(log, "health", health, healthLn)
+	go serveHTTP(log, "metrics", metrics, metricsLn)
+	log.Info("datastore ready to serve", "kind", sqlite.Kind, "endpoint", srv.Endpoint(),
+		"healthAddress", healthLn.Addr().String(), "metricsAddress", metricsLn.Addr().String())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("signal received, shutting down")
+	case <-srv.Failed():
+		runErr = errors.New("writes can no longer be made durable (fsync failed); exiting so that a restart starts from what is on disk")
+		log.Error(runErr, "stopping")
+	}
+	shutdownCtx, cancel := context.WithTimeout(logr.NewContext(context.Background(), log), shutdownTimeout)
+	defer cancel()
+	// The datastore stops first so /readyz keeps answering "not ready" rather
+	// than refusing connections while requests drain.
+	closeErr := srv.Close(shutdownCtx)
+	_ = health.Shutdown(shutdownCtx)
+	_ = metrics.Shutdown(shutdownCtx)
+	return errors.Join(runErr, closeErr)
+}
+
+func metricsMux(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func serveHTTP(log logr.Logger, name string, srv *http.Server, ln net.Listener) {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error(err, "http server stopped", "server", name)
+	}
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// newLogger logs key/value lines to stderr, and sends kine's own logrus output
+// (which never contains the DSN) to the same place.
+func newLogger(w io.Writer) logr.Logger {
+	logrus.SetOutput(w)
+	logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano, DisableColors: true})
+	return funcr.New(func(prefix, args string) {
+		fmt.Fprintf(w, "time=%s %s\n", time.Now().Format(time.RFC3339Nano), args)
+	}, funcr.Options{})
+}

@@ -1,0 +1,45 @@
+package charttest
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBadValuesAreRejectedWithAClearMessage(t *testing.T) {
+	cases := []struct {
+		name string
+		set  []string
+		says []string
+	}{
+		{"an unknown persistence type", []string{"--set", "persistence.type=fast"}, []string{"persistence/type", "'dynamic', 'ephemeral'"}},
+		{"an unknown datastore type", []string{"--set", "datastore.type=postgres"}, []string{"datastore/type", "'sqlite', 'etcd'"}},
+		{"a misspelt top-level key", []string{"--set", "persistance.type=dynamic"}, []string{"persistance"}},
+		{"a default storage size the controller cannot take yet", []string{"--set", "persistence.storageRequestSize=5Gi"}, []string{"storageRequestSize"}},
+		{"an unknown pull policy", []string{"--set", "image.pullPolicy=Sometimes"}, []string{"image/pullPolicy", "'Always', 'IfNotPresent', 'Never'"}},
+		{"a repository with a tag in it", []string{"--set", "image.repository=k3k-io/k3k-controller:v1"}, []string{"image/repository"}},
+		{"an empty k3s version", []string{"--set", "k3sServer.image.tag="}, []string{"k3sServer/image/tag"}},
+		{"a namespace that is no DNS label", []string{"--set", "watchNamespaces={Team_A}"}, []string{"watchNamespaces/0"}},
+		{"the same namespace twice", []string{"--set", "watchNamespaces={a,a}"}, []string{"/watchNamespaces", "are equal"}},
+		{"a storage class that is no name", []string{"--set", "persistence.storageClassName=Fast SSD"}, []string{"persistence/storageClassName"}},
+		{"a pull secret without name", []string{"--set", "imagePullSecrets[0].secret=x"}, []string{"imagePullSecrets/0"}},
+		{"a port out of range", []string{"--set", "probePort=70000"}, []string{"/probePort", "maximum"}},
+		{"pull policies the controller cannot honour at once", []string{"--set", "datastore.image.pullPolicy=Always"},
+			[]string{"must be equal: the controller applies one pull policy to every image it deploys"}},
+		{"replicas without leader election", []string{"--set", "replicaCount=2", "--set", "leaderElection.enabled=false"},
+			[]string{"replicaCount > 1 needs leaderElection.enabled: true"}},
+		{"no ServiceAccount and no name", []string{"--set", "serviceAccount.create=false"}, []string{"serviceAccount.name is required"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := helm(templateArgs("", tc.set...)...)
+			if err == nil {
+				t.Fatalf("helm template accepted %v", tc.set)
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("message does not say %q:\n%s", want, stderr)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package charttest
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+func TestHelmLintPassesStrictlyForEveryValueSet(t *testing.T) {
+	for _, values := range valueSets {
+		args := []string{"lint", "--strict", chartDir, "--namespace", releaseNS, "--kube-version", kubeVersion}
+		if values != "" {
+			args = append(args, "--values", filepath.Join("testdata", "values", values))
+		}
+		if out, stderr, err := helm(args...); err != nil {
+			t.Errorf("helm lint with %q: %v\n%s%s", values, err, out, stderr)
+		}
+	}
+}
+
+// args is the controller container's command line as a set of --flag=value.
+func args(t *testing.T, d *appsv1.Deployment) []string {
+	t.Helper()
+	if n := len(d.Spec.Template.Spec.Containers); n != 1 {
+		t.Fatalf("%d containers, want 1", n)
+	}
+	return d.Spec.Template.Spec.Containers[0].Args
+}
+
+func wantArgs(t *testing.T, d *appsv1.Deployment, want ...string) {
+	t.Helper()
+	got := args(t, d)
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("controller args lack %q; they are:\n  %s", w, strings.Join(got, "\n  "))
+		}
+	}
+}
+
+func TestTemplatePassesValuesToTheController(t *testing.T) {
+	cases := []struct {
+		values string
+		check  func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment)
+	}{{
+		values: "",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			c := d.Spec.Template.Spec.Containers[0]
+			if c.Image != "k3k-io/k3k-controller:v0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Errorf("controller image %s (%s), want the appVersion tag", c.Image, c.ImagePullPolicy)
+			}
+			wantArgs(t, d,
+				"--leader-elect=true", "--leader-election-namespace="+releaseNS,
+				"--server-image=rancher/k3s", "--default-version=v1.34.2-k3s1",
+				"--datastore-image=k3k-io/k3k-datastore:v0.1.0", "--agent-image=k3k-io/k3k-kubelet:v0.1.0",
+				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
+				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
+				"--watch-namespaces=", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081")
+			if find(objs, "ClusterRole", "", release) == nil || find(objs, "ClusterRoleBinding", "", release) == nil {
+				t.Errorf("no ClusterRole and binding without watchNamespaces; kinds: %v", kinds(objs))
+			}
+			if find(objs, "Role", releaseNS, release+"-leader-election") == nil {
+				t.Error("no leader election Role in the release namespace")
+			}
+			if find(objs, "ServiceAccount", releaseNS, release) == nil {
+				t.Error("no ServiceAccount")
+			}
+			pod := d.Spec.Template.Spec
+			sc := c.SecurityContext
+			if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot ||
+				sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+				t.Errorf("controller is not non-root with a read-only root filesystem and no capabilities: pod %+v container %+v", pod.SecurityContext, sc)
+			}
+			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+				t.Error("probes missing")
+			}
+			if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Error("no default memory request and limit")
+			}
+		},
+	}, {
+		values: "registry.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			r := "registry.example.com:5000/mirror/"
+			if got := d.Spec.Template.Spec.Containers[0].Image; got != r+"k3k-io/k3k-controller:v9.9.9" {
+				t.Errorf("controller image %s", got)
+			}
+			wantArgs(t, d, "--server-image="+r+"rancher/k3s", "--datastore-image="+r+"k3k-io/k3k-datastore:v0.1.0",
+				"--agent-image="+r+"k3k-io/k3k-kubelet:v0.1.0", "--image-pull-secrets=regcred,other-cred")
+			want := []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "other-cred"}}
+			if !slices.Equal(d.Spec.Template.Spec.ImagePullSecrets, want) {
+				t.Errorf("pod pull secrets %v, want %v", d.Spec.Template.Spec.ImagePullSecrets, want)
+			}
+		},
+	}, {
+		values: "watch-namespaces.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			wantArgs(t, d, "--watch-namespaces=team-a,team-b")
+			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 0 {
+				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set", n)
+			}
+			for _, ns := range []string{"team-a", "team-b"} {
+				if find(objs, "Role", ns, release) == nil || find(objs, "RoleBinding", ns, release) == nil {
+					t.Errorf("no Role and RoleBinding in watched namespace %s", ns)
+				}
+			}
+		},
+	}, {
+		values: "defaults.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			wantArgs(t, d, "--default-datastore-type=etcd", "--default-persistence-type=ephemeral",
+				"--default-storage-class=fast-ssd", "--default-version=v1.33.5-k3s1")
+		},
+	}, {
+		values: "scheduling.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			pod := d.Spec.Template.Spec
+			if *d.Spec.Replicas != 2 || pod.NodeSelector["kubernetes.io/os"] != "linux" || len(pod.Tolerations) != 1 ||
+				pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil || pod.PriorityClassName != "system-cluster-critical" {
+				t.Errorf("scheduling values not applied: replicas %d, %+v", *d.Spec.Replicas, pod)
+			}
+			if got := pod.Containers[0].Resources.Limits.Cpu().String(); got != "1" {
+				t.Errorf("cpu limit %s, want 1", got)
+			}
+			wantArgs(t, d, "--metrics-bind-address=0")
+			for _, p := range pod.Containers[0].Ports {
+				if p.Name == "metrics" {
+					t.Error("metrics port exposed with metricsPort 0")
+				}
+			}
+		},
+	}, {
+		values: "images.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			c := d.Spec.Template.Spec.Containers[0]
+			if c.Image != "k3k-io/k3k-controller:dev" || c.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("controller image %s (%s)", c.Image, c.ImagePullPolicy)
+			}
+			wantArgs(t, d, "--server-image=k3k-io/k3s-standin", "--default-version=dev", "--datastore-image=k3k-io/k3k-datastore:dev",
+				"--agent-image=k3k-io/k3k-kubelet:dev", "--image-pull-policy=Never")
+		},
+	}}
+	for _, tc := range cases {
+		name := tc.values
+		if name == "" {
+			name = "chart defaults"
+		}
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, tc.values)
+			tc.check(t, objs, deployment(t, objs))
+		})
+	}
+}
+
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	for _, values := range []string{"", "watch-namespaces.yaml"} {
+		for _, o := range render(t, values) {
+			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+				continue
+			}
+			var rules struct{ Rules []rbacv1.PolicyRule }
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rules); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rules.Rules {
+				all := slices.Concat(r.APIGroups, r.Resources, r.Verbs)
+				if slices.Contains(all, "*") {
+					t.Errorf("%s %s: wildcard in rule %+v", o.GetKind(), o.GetName(), r)
+				}
+				for _, v := range []string{"delete", "deletecollection", "escalate", "bind", "impersonate"} {
+					if slices.Contains(r.Verbs, v) {
+						t.Errorf("%s %s grants %q on %v; the controller never needs it", o.GetKind(), o.GetName(), v, r.Resources)
+					}
+				}
+			}
+		}
+		for _, o := range render(t, values) {
+			if o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding" {
+				ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+				if ref == "cluster-admin" || ref == "admin" || ref == "edit" {
+					t.Errorf("%s %s binds the built-in role %s", o.GetKind(), o.GetName(), ref)
+				}
+			}
+		}
+	}
+}
+
+func TestNotesSayWhatWasInstalled(t *testing.T) {
+	// helm template does not render NOTES.txt; a server-side dry-run install
+	// against the test API server does, and exercises helm's install path.
+	out, stderr, err := helm("install", "notes", chartDir, "--namespace", "notes-test", "--create-namespace", "--dry-run=server",
+		"--kubeconfig", kubeconfigPath, "--values", filepath.Join("testdata", "values", "watch-namespaces.yaml"))
+	if err != nil {
+		t.Fatalf("helm install --dry-run=server: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"watches Clusters in team-a, team-b", "datastore.type    sqlite", "k3kcli cluster create demo -n team-a"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("NOTES do not say %q:\n%s", want, out)
+		}
+	}
+}

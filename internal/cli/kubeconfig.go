@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/internal/controller/cluster"
+)
+
+// errNotYet marks what a starting cluster does not have yet (its kubeconfig
+// Secret, a load balancer address); waiting may fix it.
+var errNotYet = errors.New("not yet")
+
+// notYet is an errNotYet with what is missing.
+type notYet string
+
+func (n notYet) Error() string { return string(n) }
+func (n notYet) Is(target error) bool {
+	return target == errNotYet
+}
+
+// access is how the user reaches a virtual cluster's API server.
+type access struct {
+	// server is the URL the kubeconfig points at.
+	server string
+	// note says what the user must know about that address, e.g. that it only
+	// works inside the host cluster; empty when there is nothing to add.
+	note string
+}
+
+type kubeconfigFlags struct {
+	output string
+	server string
+}
+
+func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
+	f := &kubeconfigFlags{}
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Print or write a virtual cluster's kubeconfig",
+		Long: `Print a virtual cluster's kubeconfig, or write it with mode 0600 with
+--output-kubeconfig. Its server address is rewritten to how the cluster is exposed
+(spec.expose); --server overrides it, e.g. for kubectl port-forward.`,
+		Example: `  k3kcli kubeconfig get dev > dev.yaml
+  k3kcli kubeconfig get dev -n tenants --output-kubeconfig ~/.kube/dev.yaml
+  kubectl -n tenants port-forward svc/k3k-dev-service 6443:443 &
+  k3kcli kubeconfig get dev -n tenants --server https://127.0.0.1:6443`,
+		Args: oneName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.server != "" {
+				if u, err := url.Parse(f.server); err != nil || u.Scheme != "https" || u.Host == "" {
+					return usageErr("e.g. --server https://127.0.0.1:6443", "--server %q is not an https URL", f.server)
+				}
+			}
+			s, err := g.connect()
+			if err != nil {
+				return err
+			}
+			c := &v1beta1.Cluster{}
+			if err := s.client.Get(cmd.Context(), types.NamespacedName{Namespace: s.namespace, Name: args[0]}, c); err != nil {
+				return apiErr(err, fmt.Sprintf("getting cluster %s/%s", s.namespace, args[0]))
+			}
+			rc, err := fetchKubeconfig(cmd.Context(), s, c, f.server)
+			if errors.Is(err, errNotYet) {
+				return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s has no usable kubeconfig yet", c.Namespace, c.Name), Err: err,
+					Hint: fmt.Sprintf("it is still starting (phase %q); wait for it with k3kcli cluster list -n %s", c.Status.Phase, c.Namespace)}
+			}
+			if err != nil {
+				return err
+			}
+			if f.output == "" {
+				_, err := o.Out.Write(rc.kubeconfig)
+				return err
+			}
+			abs, err := writeKubeconfig(f.output, rc.kubeconfig)
+			if err != nil {
+				return err
+			}
+			printUsage(o, abs, rc)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&f.output, "output-kubeconfig", "", "write the kubeconfig to this file (mode 0600) instead of printing it")
+	cmd.Flags().StringVar(&f.server, "server", "", "server URL to put in the kubeconfig instead of the one k3kcli works out")
+	return cmd
+}
+
+// fetchKubeconfig reads the cluster's published kubeconfig and rewrites it for
+// the user: server address per spec.expose (or server when given), names
+// k3k-NAMESPACE-NAME so it merges with other kubeconfigs.
+func fetchKubeconfig(ctx context.Context, s *session, c *v1beta1.Cluster, server string) (*readyCluster, error) {
+	names := cluster.NamesFor(c)
+	secret := &corev1.Secret{}
+	err := s.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: names.Kubeconfig}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, notYet("kubeconfig Secret " + names.Kubeconfig + " not published yet")
+	case err != nil:
+		return nil, apiErr(err, fmt.Sprintf("getting Secret %s/%s", c.Namespace, names.Kubeconfig))
+	case len(secret.Data[cluster.SecretKeyKubeconfig]) == 0:
+		return nil, notYet("kubeconfig Secret " + names.Kubeconfig + " is still empty")
+	}
+	a := access{server: server}
+	if server == "" {
+		if a, err = resolveAccess(ctx, s, c); err != nil {
+			return nil, err
+		}
+	}
+	out, err := renderKubeconfig(secret.Data[cluster.SecretKeyKubeconfig], a.server, contextName(c))
+	if err != nil {
+		return nil, &Error{Code: ExitError, Msg: fmt.Sprintf("reading Secret %s/%s", c.Namespace, names.Kubeconfig), Err: err,
+			Hint: "the published kubeconfig is damaged; the server pod's publisher rewrites it when it changes, see its logs"}
+	}
+	return &readyCluster{cluster: c, kubeconfig: out, access: a}, nil
+}
+
+// resolveAccess works out the URL the user reaches the cluster on, from
+// spec.expose and the API Service.
+func resolveAccess(ctx context.Context, s *session, c *v1beta1.Cluster) (access, error) {
+	e := c.Spec.Expose
+	switch {
+	case e != nil && e.Ingress != nil:
+		return access{server: "https://" + e.Ingress.Host}, nil
+	case e != nil && (e.NodePort != nil || e.LoadBalancer != nil):
+		svc := &corev1.Service{}
+		name := cluster.NamesFor(c).Service
+		if err := s.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, svc); err != nil {
+			if apierrors.IsNotFound(err) {
+				return access{}, notYet("Service " + name + " not created yet")
+			}
+			return access{}, apiErr(err, fmt.Sprintf("getting Service %s/%s", c.Namespace, name))
+		}
+		return serviceAccess(svc, e, hostOf(s.hostServer))
+	}
+	endpoint := c.Status.Endpoint
+	if endpoint == "" {
+		endpoint = cluster.Endpoint(c)
+	}
+	return access{server: endpoint, note: fmt.Sprintf(
+		"the cluster is not exposed, so %s works only inside the host cluster; from here run kubectl -n %s port-forward svc/%s 6443:443 and k3kcli kubeconfig get %s -n %s --server https://127.0.0.1:6443",
+		endpoint, c.Namespace, cluster.NamesFor(c).Service, c.Name, c.Namespace)}, nil
+}
+
+// serviceAccess is the URL of a NodePort or LoadBalancer API Service. A node
+// port is reached on the host API server's name, which create adds to the TLS
+// SANs.
+func serviceAccess(svc *corev1.Service, e *v1beta1.ExposeConfig, host string) (access, error) {
+	var port corev1.ServicePort
+	for _, p := range svc.Spec.Ports {
+		if p.TargetPort.IntValue() == cluster.APIPort || p.Port == cluster.ServicePort || len(svc.Spec.Ports) == 1 {
+			port = p
+			break
+		}
+	}
+	if e.NodePort != nil {
+		if port.NodePort == 0 {
+			return access{}, notYet("node port not assigned yet")
+		}
+		if host == "" {
+			return access{}, &Error{Code: ExitError, Msg: "cannot tell which host serves the node port", Hint: "pass --server https://NODE:" + strconv.Itoa(int(port.NodePort))}
+		}
+		return access{server: "https://" + net.JoinHostPort(host, strconv.Itoa(int(port.NodePort))),
+			note: "the node port is reached on the host API server's address; if that is not a node, use --server https://NODE:" + strconv.Itoa(int(port.NodePort))}, nil
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		addr := in.IP
+		if addr == "" {
+			addr = in.Hostname
+		}
+		if addr != "" && port.Port != 0 {
+			return access{server: "https://" + net.JoinHostPort(addr, strconv.Itoa(int(port.Port)))}, nil
+		}
+	}
+	return access{}, notYet("load balancer address not assigned yet")
+}
+
+// contextName is the name of the cluster, user and context in the kubeconfig
+// k3kcli writes: unique per virtual cluster, so files can be merged.
+func contextName(c *v1beta1.Cluster) string {
+	return "k3k-" + c.Namespace + "-" + c.Name
+}
+
+// renderKubeconfig keeps the current context's cluster and credentials from raw
+// and points them at server under one name. Parse errors are not passed on:
+// they may quote the content, which holds credentials.
+func renderKubeconfig(raw []byte, server, name string) ([]byte, error) {
+	in, err := clientcmd.Load(raw)
+	if err != nil {
+		return nil, errors.New("not a valid kubeconfig")
+	}
+	ctx := in.Contexts[in.CurrentContext]
+	if ctx == nil {
+		return nil, errors.New("the kubeconfig has no current context")
+	}
+	cl, user := in.Clusters[ctx.Cluster], in.AuthInfos[ctx.AuthInfo]
+	if cl == nil || user == nil {
+		return nil, errors.New("the kubeconfig's current context names a missing cluster or user")
+	}
+	cl = cl.DeepCopy()
+	cl.Server = server
+	out := clientcmdapi.NewConfig()
+	out.Clusters[name] = cl
+	out.AuthInfos[name] = user.DeepCopy()
+	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	out.CurrentContext = name
+	data, err := clientcmd.Write(*out)
+	if err != nil {
+		return nil, errors.New("cannot serialize the kubeconfig")
+	}
+	return data, nil
+}
+
+// writeKubeconfig writes data to path with mode 0600, atomically: a reader sees
+// the old file or the new one, and the credentials are never world-readable,
+// not even for a moment. It returns the absolute path.
+func writeKubeconfig(path string, data []byte) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", &Error{Code: ExitError, Msg: "resolving --output-kubeconfig " + path, Err: err}
+	}
+	fail := func(err error) (string, error) {
+		return "", &Error{Code: ExitError, Msg: "writing the kubeconfig to " + abs, Err: err,
+			Hint: "pick a writable path with --output-kubeconfig; the cluster itself is fine"}
+	}
+	if info, err := os.Stat(abs); err == nil && info.IsDir() {
+		return fail(errors.New("it is a directory"))
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fail(err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fail(err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp.Name(), abs); err != nil {
+		return fail(err)
+	}
+	return abs, nil
+}
+
+// printUsage tells the user how to use the kubeconfig just written.
+func printUsage(o Options, path string, rc *readyCluster) {
+	fmt.Fprintf(o.Out, "kubeconfig written to %s (server %s)\n", path, rc.access.server)
+	if rc.access.note != "" {
+		fmt.Fprintf(o.Out, "note: %s\n", rc.access.note)
+	}
+	fmt.Fprintf(o.Out, "use it with:\n  export KUBECONFIG=%s\n  kubectl get nodes\n", path)
+}

@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// Options are what the commands need from their surroundings. Tests set the
+// streams and the clock; main uses Defaults.
+type Options struct {
+	Out, Err io.Writer
+	// Now is the clock used for ages and elapsed times.
+	Now func() time.Time
+	// PollInterval is how often waiting commands look at the cluster again.
+	PollInterval time.Duration
+	// Heartbeat is how long a wait stays silent while nothing changes before it
+	// says that it is still waiting.
+	Heartbeat time.Duration
+}
+
+// Defaults are the Options of the real command.
+func Defaults() Options {
+	return Options{Out: os.Stdout, Err: os.Stderr, Now: time.Now, PollInterval: 2 * time.Second, Heartbeat: 30 * time.Second}
+}
+
+// globalFlags are the host-cluster connection flags every command shares.
+type globalFlags struct {
+	kubeconfig string
+	context    string
+	namespace  string
+}
+
+// session is a connection to the host cluster.
+type session struct {
+	client client.Client
+	// namespace is -n, else the kubeconfig context's namespace, else "default".
+	namespace string
+	// hostServer is the host API server URL of the kubeconfig; a NodePort
+	// cluster is reached on the same host.
+	hostServer string
+}
+
+// connect loads the kubeconfig the way kubectl does (--kubeconfig, then
+// $KUBECONFIG, then ~/.kube/config) and makes a client for the host cluster.
+func (g *globalFlags) connect() (*session, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: g.context}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, configErr(err)
+	}
+	ns := g.namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, configErr(err)
+		}
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, apiErr(err, "connecting to the host cluster")
+	}
+	return &session{client: c, namespace: ns, hostServer: cfg.Host}, nil
+}
+
+// NewRootCommand is k3kcli with every subcommand.
+func NewRootCommand(o Options) *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "k3kcli",
+		Short: "Create and manage k3k virtual clusters",
+		Long: `k3kcli creates, lists and deletes k3k virtual clusters (k3s servers running
+in pods of a host cluster) and fetches their kubeconfigs.
+
+It talks to the host cluster like kubectl: --kubeconfig, then $KUBECONFIG, then
+~/.kube/config; -n picks the namespace.
+
+Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
+4 the cluster failed.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Without subcommand, show help rather than doing nothing.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.SetOut(o.Out)
+	root.SetErr(o.Err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return usageErr("run with --help to see the flags", "%s", err.Error())
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.kubeconfig, "kubeconfig", "", "path to the host cluster's kubeconfig")
+	pf.StringVar(&g.context, "context", "", "kubeconfig context to use")
+	pf.StringVarP(&g.namespace, "namespace", "n", "", "namespace of the virtual cluster (default: the context's, else default)")
+
+	cluster := &cobra.Command{
+		Use:   "cluster",
+		Short: "Create, list and delete virtual clusters",
+		Args:  noArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g))
+	kubeconfig := &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Fetch a virtual cluster's kubeconfig",
+		Args:  noArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	kubeconfig.AddCommand(newKubeconfigGetCommand(o, g))
+	root.AddCommand(cluster, kubeconfig)
+	return root
+}
+
+// Run executes k3kcli with args and returns the process exit code, printing
+// any error as one line on o.Err.
+func Run(ctx context.Context, o Options, args []string) int {
+	root := NewRootCommand(o)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		if isCobraUsage(err) {
+			err = usageErr("run with --help to see the commands and flags", "%s", err.Error())
+		}
+		_, _ = io.WriteString(o.Err, FormatError(err)+"\n")
+	}
+	return ExitCode(err)
+}

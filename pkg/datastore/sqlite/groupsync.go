@@ -1,0 +1,149 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// groupSync makes committed SQLite writes durable in batches: every caller of
+// sync waits for one fsync of the WAL that started after the call, and callers
+// arriving while an fsync runs share the next one. This is etcd's group commit
+// applied after the fact, which is what lets concurrent writers cost one fsync
+// together instead of one each.
+//
+// An fsync failure is sticky: Linux may drop the dirty pages it failed to write,
+// so nothing later can be trusted to be durable either. Every later sync returns
+// the error, and failed is closed so the server can stop and be restarted from
+// what is really on disk.
+type groupSync struct {
+	walPath, dbPath, dir string
+
+	mu      sync.Mutex
+	running bool
+	pending *syncBatch
+	walIno  uint64
+	err     error
+	failed  chan struct{}
+}
+
+type syncBatch struct {
+	done chan struct{}
+	err  error
+}
+
+func newGroupSync(dbPath, dir string) *groupSync {
+	return &groupSync{walPath: dbPath + "-wal", dbPath: dbPath, dir: dir, failed: make(chan struct{})}
+}
+
+// sync returns once everything written before the call is on stable storage.
+func (g *groupSync) sync(ctx context.Context) error {
+	g.mu.Lock()
+	if g.err != nil {
+		err := g.err
+		g.mu.Unlock()
+		return err
+	}
+	if g.pending == nil {
+		g.pending = &syncBatch{done: make(chan struct{})}
+	}
+	b := g.pending
+	if !g.running {
+		g.running = true
+		go g.loop()
+	}
+	g.mu.Unlock()
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the write to reach disk: %w", ctx.Err())
+	}
+}
+
+func (g *groupSync) loop() {
+	for {
+		g.mu.Lock()
+		b := g.pending
+		g.pending = nil
+		if b == nil {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		ino := g.walIno
+		g.mu.Unlock()
+
+		newIno, err := g.fsync(ino)
+
+		g.mu.Lock()
+		if err != nil && g.err == nil {
+			g.err = fmt.Errorf("flushing the database to disk failed, later writes cannot be made durable: %w", err)
+			close(g.failed)
+		}
+		if err == nil {
+			g.walIno = newIno
+		}
+		b.err = g.err
+		g.mu.Unlock()
+		close(b.done)
+	}
+}
+
+// fsync flushes the WAL; when the WAL is a new file (first write, or SQLite
+// removed and recreated it) the directory entry is flushed as well, so that the
+// file itself survives a power loss. The WAL is opened anew every time because
+// SQLite may replace it, and an old descriptor would flush the old inode.
+func (g *groupSync) fsync(lastIno uint64) (uint64, error) {
+	f, err := os.Open(g.walPath)
+	if errors.Is(err, os.ErrNotExist) {
+		// No WAL: SQLite checkpointed and removed it, which it does only after
+		// the database file itself was flushed. Flush it again to be sure.
+		f, err = os.Open(g.dbPath)
+		lastIno = 0
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return 0, err
+	}
+	var ino uint64
+	if st, ok := statIno(f); ok {
+		ino = st
+	}
+	if ino != lastIno || ino == 0 {
+		d, err := os.Open(g.dir)
+		if err != nil {
+			return 0, err
+		}
+		defer d.Close()
+		if err := d.Sync(); err != nil {
+			return 0, err
+		}
+	}
+	return ino, nil
+}
+
+func statIno(f *os.File) (uint64, bool) {
+	info, err := f.Stat()
+	if err != nil {
+		return 0, false
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Ino, true
+}
+
+// failure returns the sticky error, if any.
+func (g *groupSync) failure() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
