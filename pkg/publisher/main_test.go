@@ -20,14 +20,15 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
 	"github.com/k3k-io/k3k/pkg/publisher"
 )
 
-// The tests run against three real processes shared by the package: one etcd,
-// and two kube-apiservers on it with separate key prefixes. The host apiserver
-// plays the host cluster the publisher writes Secrets to; the virtual apiserver
-// plays k3s, whose admin kubeconfig is published.
+// The tests run against real components shared by the package: the host
+// kube-apiserver on an etcd process plays the host cluster the publisher writes
+// Secrets to; the virtual kube-apiserver on our SQLite datastore (kine, in this
+// process) plays k3s, whose admin kubeconfig is published.
 var (
 	host    *testenv.APIServer
 	virtual *testenv.APIServer
@@ -67,11 +68,21 @@ func run(m *testing.M) int {
 		return d
 	}
 
+	// The host cluster's storage is etcd, as on a real host; the virtual
+	// cluster's is our SQLite datastore, as in a server pod.
 	etcd, err := testenv.StartEtcd(ctx, testenv.EtcdConfig{Dir: sub("etcd")})
 	if err != nil {
 		return fail("etcd", err)
 	}
 	defer etcd.Stop()
+	store, err := sqlite.Open(ctx, sqlite.Config{DataDir: sub("virtual-datastore"), ListenAddress: "127.0.0.1:0"})
+	if err != nil {
+		return fail("sqlite datastore", err)
+	}
+	defer store.Close(context.Background())
+	if err := store.Ready(ctx); err != nil {
+		return fail("sqlite datastore", err)
+	}
 
 	// Both apiservers start at once: on a busy machine their start-up dominates.
 	var (
@@ -94,15 +105,13 @@ func run(m *testing.M) int {
 		defer wg.Done()
 		host, hostErr = testenv.StartAPIServer(ctx, testenv.APIServerConfig{
 			EtcdServers: []string{etcd.URL}, Dir: sub("host"),
-			ExtraArgs: []string{"--etcd-prefix=/host"},
 		})
 	}()
 	go func() {
 		defer wg.Done()
 		virtual, virtErr = testenv.StartAPIServer(ctx, testenv.APIServerConfig{
-			EtcdServers: []string{etcd.URL}, Dir: virtualDir, CA: virtualCA,
+			EtcdServers: []string{store.Endpoint()}, Dir: virtualDir, CA: virtualCA,
 			ExtraArgs: []string{
-				"--etcd-prefix=/virtual",
 				"--tls-cert-file=" + virtualServingCert + ".crt",
 				"--tls-private-key-file=" + virtualServingCert + ".key",
 			},
