@@ -1,6 +1,7 @@
 // Command datastore is the server pod's sidecar binary: `datastore sqlite` serves
-// the virtual cluster's datastore over the etcd v3 API, and `datastore
-// publish-kubeconfig` copies the kubeconfig k3s writes into the cluster's Secret.
+// the virtual cluster's datastore over the etcd v3 API, `datastore etcd` runs an
+// etcd member for HA clusters, and `datastore publish-kubeconfig` copies the
+// kubeconfig k3s writes into the cluster's Secret.
 package main
 
 import (
@@ -28,6 +29,7 @@ func newRootCommand() *cobra.Command {
 	}
 	root.AddCommand(
 		newSQLiteCommand(),
+		newEtcdCommand(),
 		newPublishKubeconfigCommand(),
 	)
 	return root

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/k3k-io/k3k/pkg/datastore"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
+)
+
+// rosterPollInterval is how often a member waiting to be added re-reads the
+// roster file (a mounted ConfigMap or Secret, which the kubelet refreshes).
+const rosterPollInterval = 2 * time.Second
+
+type etcdOptions struct {
+	name, dataDir, peerURL, clientURL     string
+	listenPeer, listenClient, membersFile string
+	caFile, certFile, keyFile             string
+	healthAddress, metricsAddress         string
+	quotaBytes                            int64
+}
+
+// newEtcdCommand is the `datastore etcd` subcommand: one etcd member of an HA
+// virtual cluster.
+func newEtcdCommand() *cobra.Command {
+	var o etcdOptions
+	cmd := &cobra.Command{
+		Use:   "etcd --name POD --data-dir DIR --peer-url URL --client-url URL --members-file FILE ...",
+		Short: "Run one etcd member of a virtual cluster",
+		Long: `Run one etcd member whose identity is its name (the pod name) and whose URLs
+name the pod by DNS. With a data dir it starts from it, whatever its address is
+now. With an empty data dir it waits until the member roster the controller
+publishes (--members-file, JSON) lists it, then joins as that member; a member
+listed as started whose data dir is empty exits: the controller replaces it.
+
+The health address serves /healthz, /readyz (joined, voting, quorum) and /status;
+the metrics address serves /metrics (etcd's own metrics and k3k's).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runEtcd(cmd.Context(), o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.name, "name", "", "member name: the pod name (required)")
+	f.StringVar(&o.dataDir, "data-dir", "", "data directory on the pod's volume (required)")
+	f.StringVar(&o.peerURL, "peer-url", "", "advertised peer URL, https://<pod>.<headless service>.<ns>.svc:2380 (required)")
+	f.StringVar(&o.clientURL, "client-url", "", "advertised client URL, https://<pod>.<headless service>.<ns>.svc:2379 (required)")
+	f.StringVar(&o.listenPeer, "listen-peer-address", member.DefaultListenPeerAddress, "host:port the peer port binds")
+	f.StringVar(&o.listenClient, "listen-client-address", member.DefaultListenClientAddress, "host:port the client port binds")
+	f.StringVar(&o.membersFile, "members-file", "", "member roster published by the controller, JSON (required)")
+	f.StringVar(&o.caFile, "ca-file", "", "cluster CA certificate (required)")
+	f.StringVar(&o.certFile, "cert-file", "", "member certificate, server and client usage (required)")
+	f.StringVar(&o.keyFile, "key-file", "", "member key (required)")
+	f.StringVar(&o.healthAddress, "health-address", "0.0.0.0:2381", "host:port for /healthz, /readyz and /status")
+	f.StringVar(&o.metricsAddress, "metrics-address", "0.0.0.0:2382", "host:port for /metrics")
+	f.Int64Var(&o.quotaBytes, "quota-backend-bytes", 0, "database size that raises NOSPACE (0: etcd's default, 2 GiB)")
+	for _, name := range []string{"name", "data-dir", "peer-url", "client-url", "members-file", "ca-file", "cert-file", "key-file"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
+	log := newLogger(stderr)
+	ctx = logr.NewContext(ctx, log)
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+
+	healthLn, err := net.Listen("tcp", o.healthAddress)
+	if err != nil {
+		return fmt.Errorf("--health-address: %w", err)
+	}
+	defer healthLn.Close()
+	metricsLn, err := net.Listen("tcp", o.metricsAddress)
+	if err != nil {
+		return fmt.Errorf("--metrics-address: %w", err)
+	}
+	defer metricsLn.Close()
+
+	// Probes answer from the start: "not ready" while the member waits for the
+	// roster or for quorum, rather than a refused connection.
+	ds := &pendingMember{}
+	health := &http.Server{Handler: datastore.HealthHandler(ds), ReadHeaderTimeout: 10 * time.Second}
+	go serveHTTP(log, "health", health, healthLn)
+	// etcd registers its metrics with the default registry; serve that one.
+	reg := prometheus.DefaultRegisterer.(*prometheus.Registry)
+	reg.MustRegister(datastore.NewCollector(ds))
+	metrics := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
+	go serveHTTP(log, "metrics", metrics, metricsLn)
+	defer func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		_ = health.Shutdown(shutdownCtx)
+		_ = metrics.Shutdown(shutdownCtx)
+	}()
+
+	zl, err := zap.NewProduction()
+	if err != nil {
+		return fmt.Errorf("building etcd logger: %w", err)
+	}
+	m, err := startWhenListed(ctx, o, zl)
+	if err != nil {
+		return err
+	}
+	ds.set(m)
+	log.Info("etcd member started", "name", o.name, "id", etcd.FormatID(m.ID()), "peerURL", o.peerURL, "clientURL", o.clientURL,
+		"healthAddress", healthLn.Addr().String(), "metricsAddress", metricsLn.Addr().String())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("signal received, shutting down")
+	case runErr = <-m.Failed():
+		log.Error(runErr, "etcd member stopped")
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return errors.Join(runErr, m.Close(shutdownCtx))
+}
+
+// startWhenListed starts the member, waiting while the roster does not list it
+// yet. ErrDataLost is returned at once: it needs the controller, not time.
+func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*member.Member, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	for {
+		roster, err := etcd.ReadRoster(o.membersFile)
+		if err == nil {
+			m, err := member.Start(ctx, member.Config{
+				Name: o.name, DataDir: o.dataDir, PeerURL: o.peerURL, ClientURL: o.clientURL,
+				ListenPeerAddress: o.listenPeer, ListenClientAddress: o.listenClient,
+				CAFile: o.caFile, CertFile: o.certFile, KeyFile: o.keyFile,
+				Roster: roster, QuotaBackendBytes: o.quotaBytes, Logger: zl,
+			})
+			if !errors.Is(err, member.ErrNotAMember) {
+				return m, err
+			}
+		}
+		log.Info("waiting for the controller to add this member", "name", o.name, "reason", fmt.Sprint(err))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(rosterPollInterval):
+		}
+	}
+}
+
+// pendingMember is the Datastore the probes see before the member has started.
+type pendingMember struct {
+	m atomic.Pointer[member.Member]
+}
+
+func (p *pendingMember) set(m *member.Member) { p.m.Store(m) }
+
+func (p *pendingMember) Endpoint() string {
+	if m := p.m.Load(); m != nil {
+		return m.Endpoint()
+	}
+	return ""
+}
+
+func (p *pendingMember) Ready(ctx context.Context) error {
+	if m := p.m.Load(); m != nil {
+		return m.Ready(ctx)
+	}
+	return errors.New("member not started: waiting for the member roster")
+}
+
+func (p *pendingMember) Status(ctx context.Context) (datastore.Status, error) {
+	if m := p.m.Load(); m != nil {
+		return m.Status(ctx)
+	}
+	return datastore.Status{}, errors.New("member not started")
+}

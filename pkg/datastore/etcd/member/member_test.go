@@ -1,0 +1,48 @@
+package member
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+)
+
+func TestPlanBootstrap(t *testing.T) {
+	self := "https://m1.svc:2380"
+	existing := etcd.Roster{State: etcd.ClusterStateExisting, Members: []etcd.RosterMember{
+		{Name: "m0", PeerURL: "https://m0.svc:2380", ID: "a", Started: true},
+		{Name: "m1", PeerURL: self, ID: "b"},
+	}}
+	started := existing
+	started.Members = []etcd.RosterMember{existing.Members[0], {Name: "m1", PeerURL: self, ID: "b", Started: true}}
+	cases := []struct {
+		name    string
+		hasData bool
+		dataID  uint64
+		roster  etcd.Roster
+		want    Bootstrap
+		err     error
+	}{
+		{"a member with data starts from it, whatever the roster says", true, 0xb, etcd.Roster{},
+			Bootstrap{FromData: true, State: etcd.ClusterStateExisting, InitialCluster: "m1=" + self}, nil},
+		{"an empty member not in the roster waits", false, 0, etcd.Roster{State: etcd.ClusterStateExisting}, Bootstrap{}, ErrNotAMember},
+		{"an empty member the controller added joins the existing cluster", false, 0, existing,
+			Bootstrap{State: etcd.ClusterStateExisting, InitialCluster: "m0=https://m0.svc:2380,m1=" + self}, nil},
+		{"an empty member listed as started has lost its data", false, 0, started, Bootstrap{}, ErrDataLost},
+		{"the first member bootstraps a new cluster", false, 0, etcd.Roster{State: etcd.ClusterStateNew, Members: []etcd.RosterMember{{Name: "m1", PeerURL: self}}},
+			Bootstrap{State: etcd.ClusterStateNew, InitialCluster: "m1=" + self}, nil},
+		{"data of an earlier incarnation of the name is set aside", true, 0x5, existing,
+			Bootstrap{State: etcd.ClusterStateExisting, InitialCluster: "m0=https://m0.svc:2380,m1=" + self, DiscardData: true}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Plan("m1", self, c.hasData, c.dataID, c.roster)
+			if !errors.Is(err, c.err) || got != c.want {
+				t.Fatalf("got %+v, %v; want %+v, %v", got, err, c.want, c.err)
+			}
+		})
+	}
+	if _, err := Plan("m1", "https://m1.other:2380", false, 0, existing); err == nil {
+		t.Fatal("joined with a peer URL that differs from the roster's")
+	}
+}

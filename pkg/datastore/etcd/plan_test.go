@@ -1,0 +1,210 @@
+package etcd
+
+import (
+	"strings"
+	"testing"
+)
+
+// world builds an Observed from a compact description: members by name, which
+// of them answer, who leads.
+type world struct {
+	members  []Member
+	down     map[uint64]bool
+	leader   uint64
+	alarms   []Alarm
+	lagging  map[uint64]bool
+	disagree bool
+}
+
+func (w world) observed() Observed {
+	o := Observed{Members: w.members, Leader: w.leader, Alarms: w.alarms}
+	ids := make([]uint64, 0, len(w.members))
+	for _, m := range w.members {
+		ids = append(ids, m.ID)
+	}
+	for i, m := range w.members {
+		if w.down[m.ID] || !m.Started() {
+			o.Statuses = append(o.Statuses, MemberStatus{Endpoint: "https://" + m.Name + ":2379", Error: "unreachable"})
+			continue
+		}
+		applied := uint64(1000)
+		if w.lagging[m.ID] {
+			applied = 10
+		}
+		list := ids
+		if w.disagree && i == 0 {
+			list = ids[:len(ids)-1]
+		}
+		o.Statuses = append(o.Statuses, MemberStatus{Endpoint: ep(m.Name), Reachable: true, MemberID: m.ID, Leader: w.leader,
+			IsLearner: m.IsLearner, RaftIndex: 1000, RaftAppliedIndex: applied, MemberIDs: list})
+	}
+	return o
+}
+
+func ep(name string) string { return "https://" + name + ".svc:2379" }
+
+func peer(name string) Peer {
+	return Peer{Name: name, PeerURL: "https://" + name + ".svc:2380", ClientURL: ep(name)}
+}
+
+func voter(id uint64, name string) Member {
+	return Member{ID: id, Name: name, PeerURLs: []string{"https://" + name + ".svc:2380"}, ClientURLs: []string{ep(name)}}
+}
+
+func learner(id uint64, name string, started bool) Member {
+	m := voter(id, name)
+	m.IsLearner = true
+	if !started {
+		m.Name, m.ClientURLs = "", nil
+	}
+	return m
+}
+
+func want(names ...string) Desired {
+	var d Desired
+	for _, n := range names {
+		d.Members = append(d.Members, peer(n))
+	}
+	return d
+}
+
+func TestPlan(t *testing.T) {
+	three := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2")}
+	lost := want("m0", "m1", "m2")
+	lost.Members[2].DataLost = true
+	moved := want("m0", "m1", "m2")
+	moved.Members[1].PeerURL = "https://m1.elsewhere.svc:2380"
+	cases := []struct {
+		name    string
+		w       world
+		d       Desired
+		typ     ActionType
+		reason  string
+		id      uint64
+		peerURL string
+	}{
+		{"nothing is done when no member answers",
+			world{members: three, down: map[uint64]bool{1: true, 2: true, 3: true}}, want("m0", "m1", "m2"), ActionNone, ReasonClusterUnreachable, 0, ""},
+		{"nothing is done while members disagree about the member list",
+			world{members: three, leader: 1, disagree: true}, want("m0", "m1"), ActionNone, ReasonMembershipConverging, 0, ""},
+		{"a healthy cluster that matches is left alone",
+			world{members: three, leader: 1}, want("m0", "m1", "m2"), ActionNone, ReasonInSync, 0, ""},
+		{"a missing member is added as a learner",
+			world{members: three[:1], leader: 1}, want("m0", "m1"), ActionAddLearner, ReasonScaleUp, 0, "https://m1.svc:2380"},
+		{"only one learner at a time: the next member waits for the learner",
+			world{members: []Member{voter(1, "m0"), learner(2, "m1", false)}, leader: 1}, want("m0", "m1", "m2"), ActionNone, ReasonWaitingForLearner, 0, ""},
+		{"a learner that has not caught up is not promoted",
+			world{members: []Member{voter(1, "m0"), learner(2, "m1", true)}, leader: 1, lagging: map[uint64]bool{2: true}}, want("m0", "m1"), ActionNone, ReasonWaitingForLearner, 0, ""},
+		{"a caught-up learner is promoted",
+			world{members: []Member{voter(1, "m0"), learner(2, "m1", true)}, leader: 1}, want("m0", "m1"), ActionPromoteLearner, ReasonLearnerCaughtUp, 2, ""},
+		{"no member is added while a voting member is down",
+			world{members: three, leader: 1, down: map[uint64]bool{3: true}}, want("m0", "m1", "m2", "m3"), ActionNone, ReasonMemberUnhealthy, 0, ""},
+		{"an unwanted follower is removed",
+			world{members: three, leader: 1}, want("m0", "m1"), ActionRemoveMember, ReasonNotDesired, 3, ""},
+		{"a dead orphan is removed before a live one",
+			world{members: three, leader: 1, down: map[uint64]bool{2: true}}, want("m0"), ActionRemoveMember, ReasonNotDesired, 2, ""},
+		{"an unwanted learner goes first",
+			world{members: append(three[:2:2], learner(4, "m9", false)), leader: 1}, want("m0"), ActionRemoveMember, ReasonNotDesired, 4, ""},
+		{"a leaving leader hands over leadership first",
+			world{members: three, leader: 3}, want("m0", "m1"), ActionMoveLeader, ReasonLeaderLeaving, 1, ""},
+		{"a removal that would leave too few healthy voters is refused",
+			world{members: three, leader: 1, down: map[uint64]bool{2: true}}, want("m0", "m1"), ActionNone, ReasonQuorumAtRisk, 0, ""},
+		{"the last member is never removed",
+			world{members: three[:1], leader: 1}, Desired{}, ActionNone, ReasonLastMember, 0, ""},
+		{"a member whose data was lost is removed to be added again",
+			world{members: three, leader: 1, down: map[uint64]bool{3: true}}, lost, ActionRemoveMember, ReasonReplaceLostMember, 3, ""},
+		{"a member marked as lost that answers is not replaced",
+			world{members: three, leader: 1}, lost, ActionNone, ReasonInSync, 0, ""},
+		{"after a replacement's removal the name is added again",
+			world{members: three[:2], leader: 1}, lost, ActionAddLearner, ReasonScaleUp, 0, "https://m2.svc:2380"},
+		{"a peer URL that differs from the desired one is updated, keyed on the name",
+			world{members: three, leader: 1}, moved, ActionUpdatePeerURLs, ReasonPeerURLChanged, 2, "https://m1.elsewhere.svc:2380"},
+		{"a CORRUPT alarm stops every automatic change",
+			world{members: three, leader: 1, alarms: []Alarm{{MemberID: 2, Type: AlarmCorrupt}}}, want("m0", "m1"), ActionNone, ReasonAlarmCorrupt, 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := Plan(c.w.observed(), c.d)
+			if a.Type != c.typ || a.Reason != c.reason || (c.id != 0 && a.MemberID != c.id) || a.PeerURL != c.peerURL {
+				t.Fatalf("got %+v, want %s/%s member %d peer %q", a, c.typ, c.reason, c.id, c.peerURL)
+			}
+			if a.Type != ActionNone && a.Endpoint == "" {
+				t.Fatalf("action %+v has no endpoint", a)
+			}
+		})
+	}
+}
+
+func TestPlanNoSpaceRecoveryOrder(t *testing.T) {
+	three := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2")}
+	base := world{members: three, leader: 1, alarms: []Alarm{{MemberID: 2, Type: AlarmNoSpace}}}
+	set := func(o Observed, size, inUse int64, only ...uint64) Observed {
+		for i := range o.Statuses {
+			if len(only) == 0 || o.Statuses[i].MemberID == only[0] {
+				o.Statuses[i].DBSize, o.Statuses[i].DBSizeInUse = size, inUse
+			}
+			o.Statuses[i].DBSizeQuota, o.Statuses[i].Revision = 100, 50
+		}
+		return o
+	}
+	full := set(base.observed(), 100, 95)
+	if a := Plan(full, want("m0", "m1", "m2")); a.Type != ActionCompact || a.Revision != 50 {
+		t.Fatalf("full and unfragmented: %+v, want compaction", a)
+	}
+	fragmented := set(set(base.observed(), 10, 10), 100, 10, 1)
+	fragmented = set(fragmented, 100, 10, 3)
+	if a := Plan(fragmented, want("m0", "m1", "m2")); a.Type != ActionDefragment || a.MemberID != 3 {
+		t.Fatalf("fragmented leader and follower: %+v, want the follower defragmented first", a)
+	}
+	clean := set(base.observed(), 10, 10)
+	if a := Plan(clean, want("m0", "m1", "m2")); a.Type != ActionDisarmAlarm || a.Alarm.MemberID != 2 {
+		t.Fatalf("space freed: %+v, want disarm", a)
+	}
+}
+
+func TestCanReleasePod(t *testing.T) {
+	three := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2")}
+	cases := []struct {
+		name    string
+		w       world
+		d       Desired
+		pod     string
+		release bool
+		reason  string
+	}{
+		{"every member down: release, nothing can be removed and holding would deadlock",
+			world{members: three, down: map[uint64]bool{1: true, 2: true, 3: true}}, want("m0", "m1"), "m2", true, ReasonClusterDown},
+		{"the member is gone already: release",
+			world{members: three[:2], leader: 1}, want("m0", "m1"), "m2", true, ReasonNotAMember},
+		{"the pod stays a member (restart, reschedule): release, it comes back by name",
+			world{members: three, leader: 1}, want("m0", "m1", "m2"), "m2", true, ReasonMemberStays},
+		{"a leaving member is removed first",
+			world{members: three, leader: 1}, want("m0", "m1"), "m2", false, ReasonRemoveMemberFirst},
+		{"a leaving member whose removal loses quorum is held",
+			world{members: three, leader: 1, down: map[uint64]bool{2: true}}, want("m0", "m1"), "m2", false, ReasonQuorumAtRisk},
+		{"the last member is held",
+			world{members: three[:1], leader: 1}, Desired{}, "m0", false, ReasonLastMember},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ok, reason := CanReleasePod(c.w.observed(), c.d, peer(c.pod))
+			if ok != c.release || reason != c.reason {
+				t.Fatalf("got %v/%s, want %v/%s", ok, reason, c.release, c.reason)
+			}
+		})
+	}
+}
+
+func TestRosterForNamesAddedMembersByTheirDesiredPod(t *testing.T) {
+	w := world{members: []Member{voter(1, "m0"), learner(2, "m1", false)}, leader: 1}
+	r, ok := RosterFor("tok", w.observed(), want("m0", "m1"))
+	if !ok || r.State != ClusterStateExisting || len(r.Members) != 2 {
+		t.Fatalf("roster %+v", r)
+	}
+	if m, _ := r.Find("m1"); m.Started || m.ID != "2" || !strings.HasSuffix(m.PeerURL, ":2380") {
+		t.Fatalf("m1 entry %+v, want not started, id 2", m)
+	}
+	if _, ok := RosterFor("tok", world{members: w.members, down: map[uint64]bool{1: true}}.observed(), want("m0")); ok {
+		t.Fatal("a roster was built with no member answering")
+	}
+}

@@ -1,0 +1,104 @@
+package etcd
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// ClusterState tells a member with an empty data dir whether it bootstraps a new
+// cluster or joins an existing one (etcd's --initial-cluster-state).
+type ClusterState string
+
+// The two cluster states.
+const (
+	ClusterStateNew      ClusterState = "new"
+	ClusterStateExisting ClusterState = "existing"
+)
+
+// Roster is the member list the controller publishes (as JSON in a ConfigMap or
+// Secret mounted into every server pod) so that a member with an empty data dir
+// joins only as the member the controller added for it. A member never derives
+// cluster state from anything else, least of all from IPs.
+type Roster struct {
+	// State is "new" only for the very first member of a cluster, before any
+	// member has been observed; "existing" from then on, forever.
+	State ClusterState `json:"state"`
+	// Token is etcd's initial cluster token, unique per virtual cluster, so that
+	// members of two clusters can never join each other by accident.
+	Token   string         `json:"token"`
+	Members []RosterMember `json:"members"`
+}
+
+// RosterMember is one member of the Roster.
+type RosterMember struct {
+	Name    string `json:"name"`
+	PeerURL string `json:"peerURL"`
+	// ID is the etcd member ID in hex (empty for a member not yet added).
+	ID string `json:"id,omitempty"`
+	// Started is true once the member has run (etcd lists its name); a member
+	// whose entry is started but whose data dir is empty has lost its data.
+	Started bool `json:"started,omitempty"`
+}
+
+// FormatID writes a member ID the way etcd prints it.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// ParseID reads a member ID written by FormatID.
+func ParseID(s string) (uint64, error) { return strconv.ParseUint(s, 16, 64) }
+
+// InitialRoster is the roster of a cluster that does not exist yet: its first
+// member alone, bootstrapping. Every later member joins as a learner.
+func InitialRoster(token string, first Peer) Roster {
+	return Roster{State: ClusterStateNew, Token: token, Members: []RosterMember{{Name: first.Name, PeerURL: first.PeerURL}}}
+}
+
+// RosterFor is the roster to publish after observing o: every listed member under
+// its desired name. It returns false when no member answered, because then the
+// controller knows nothing new and must keep the roster it published last.
+func RosterFor(token string, o Observed, d Desired) (Roster, bool) {
+	if !o.AnyReachable() || len(o.Members) == 0 {
+		return Roster{}, false
+	}
+	r := Roster{State: ClusterStateExisting, Token: token}
+	for _, m := range o.Members {
+		name := m.Name
+		for _, p := range d.Members {
+			if name == "" && len(m.PeerURLs) > 0 && m.PeerURLs[0] == p.PeerURL {
+				name = p.Name
+			}
+		}
+		if name == "" || len(m.PeerURLs) == 0 {
+			continue // added for a pod that is no longer desired; it will be removed
+		}
+		r.Members = append(r.Members, RosterMember{Name: name, PeerURL: m.PeerURLs[0], ID: FormatID(m.ID), Started: m.Started()})
+	}
+	return r, true
+}
+
+// ReadRoster reads a roster file.
+func ReadRoster(path string) (Roster, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Roster{}, fmt.Errorf("reading member roster: %w", err)
+	}
+	var r Roster
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Roster{}, fmt.Errorf("parsing member roster %s: %w", path, err)
+	}
+	if r.State != ClusterStateNew && r.State != ClusterStateExisting {
+		return Roster{}, fmt.Errorf("member roster %s: state %q is neither %q nor %q", path, r.State, ClusterStateNew, ClusterStateExisting)
+	}
+	return r, nil
+}
+
+// Find returns the roster entry named name.
+func (r Roster) Find(name string) (RosterMember, bool) {
+	for _, m := range r.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return RosterMember{}, false
+}
