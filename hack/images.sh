@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# images.sh builds the project's container images without a container engine:
+# static Go binaries (CGO_ENABLED=0) packed by hack/hostcluster/tools/mkimage into
+# one-layer `docker save` tarballs, plus a Helm values file that points the chart
+# at them with pullPolicy Never (load them with `hostcluster.sh import` or
+# `kind load image-archive`).
+#
+# usage: hack/images.sh [NAME...]     NAME is one of controller datastore kubelet k3s-standin
+#                                      (default: all of them)
+# env:   IMAGE_TAG (default dev), IMAGES_DIR (default _output/images),
+#        K3K_TOOLS_DIR (upstream binaries; default ~/.cache/k3k/tools)
+#
+# Output: $IMAGES_DIR/<image>.tar for each image, and $IMAGES_DIR/values.yaml.
+# An image whose command package does not exist yet is skipped with a message.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TAG=${IMAGE_TAG:-dev}
+OUT=${IMAGES_DIR:-$ROOT/_output/images}
+TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
+BIN=$ROOT/_output/bin
+REPO=k3k-io
+
+say() { printf '[%s] images: %s\n' "$(date +%T)" "$*"; }
+
+mkdir -p "$OUT" "$BIN"
+say "mkimage"
+(cd "$ROOT/hack/hostcluster/tools" && CGO_ENABLED=0 go build -trimpath -o "$BIN/mkimage" ./mkimage)
+
+gobuild() { # OUTPUT MODULE_DIR PACKAGE
+  (cd "$2" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" "$3")
+}
+
+# product IMAGE PACKAGE BINARY [LINK...]: an image holding one binary of the main
+# module at /bin/BINARY, plus a symbolic link to it at each LINK (the paths the
+# controller's pod specs name, e.g. /usr/local/bin/datastore).
+product() {
+  local image=$1 pkg=$2 binary=$3
+  shift 3
+  local links=("$@")
+  if [ ! -d "$ROOT/$pkg" ]; then
+    say "skipping $REPO/$image: $pkg does not exist yet"
+    skipped+=("$image")
+    return 0
+  fi
+  say "$REPO/$image:$TAG from ./$pkg"
+  gobuild "$BIN/$binary" "$ROOT" "./$pkg"
+  local entries=("/bin/$binary=$BIN/$binary")
+  for link in "${links[@]}"; do entries+=("$link@/bin/$binary"); done
+  "$BIN/mkimage" -o "$OUT/$image.tar" -t "$REPO/$image:$TAG" -entrypoint "/bin/$binary" "${entries[@]}"
+}
+
+# standin: the test-only k3s stand-in with the upstream control-plane binaries,
+# laid out like the k3s image (/bin/k3s, and a shell when busybox is available,
+# since pod specs may start k3s through `sh -c`).
+standin() {
+  say "$REPO/k3s-standin:$TAG from ./e2e/k3s-standin"
+  "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler
+  gobuild "$BIN/k3s" "$ROOT/e2e/k3s-standin" .
+  local entries=(/bin/k3s="$BIN/k3s" /var/lib/rancher/k3s/ /etc/rancher/k3s/)
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do entries+=("/bin/$b=$TOOLS/$b"); done
+  if [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; then
+    entries+=(/bin/busybox=/bin/busybox)
+    for applet in $(/bin/busybox --list); do
+      case "$applet" in busybox|k3s) ;; *) entries+=("/bin/$applet@busybox") ;; esac
+    done
+  else
+    say "no static /bin/busybox: the k3s-standin image has no shell"
+  fi
+  "$BIN/mkimage" -o "$OUT/k3s-standin.tar" -t "$REPO/k3s-standin:$TAG" -entrypoint /bin/k3s "${entries[@]}"
+}
+
+skipped=()
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(controller datastore kubelet k3s-standin)
+for name in "${names[@]}"; do
+  case "$name" in
+    controller) product k3k-controller cmd/controller k3k-controller ;;
+    # The controller runs the sidecar and the publisher as /usr/local/bin/datastore
+    # (internal/controller/cluster/desired.go DatastoreArgs, PublisherArgs).
+    datastore) product k3k-datastore cmd/datastore k3k-datastore /usr/local/bin/datastore ;;
+    kubelet) product k3k-kubelet cmd/kubelet k3k-kubelet ;;
+    k3s-standin) standin ;;
+    *) echo "images: unknown image $name (controller datastore kubelet k3s-standin)" >&2; exit 2 ;;
+  esac
+done
+
+# The agreed contract with the chart's values.
+cat >"$OUT/values.yaml" <<EOF
+# Written by hack/images.sh: the locally built images, never pulled.
+image: {repository: $REPO/k3k-controller, tag: "$TAG", pullPolicy: Never}
+datastore: {image: {repository: $REPO/k3k-datastore, tag: "$TAG", pullPolicy: Never}}
+sharedAgent: {image: {repository: $REPO/k3k-kubelet, tag: "$TAG", pullPolicy: Never}}
+k3sServer: {image: {repository: $REPO/k3s-standin, tag: "$TAG", pullPolicy: Never}}
+EOF
+[ ${#skipped[@]} -eq 0 ] || say "not built (package missing): ${skipped[*]}"
+say "done: $(cd "$OUT" && ls -- *.tar 2>/dev/null | tr '\n' ' ')values.yaml in $OUT"
