@@ -85,10 +85,10 @@ type Cluster struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'sqlite' || self.servers == 1",message="servers: datastore.type sqlite runs exactly 1 server; use datastore.type etcd for more"
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'etcd' || self.servers % 2 == 1",message="servers: datastore.type etcd needs an odd number of servers (1, 3, 5 or 7) to keep quorum"
-// +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '') == (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '')",message="datastore.type is immutable: create a new cluster to change it"
-// +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.type) ? self.persistence.type : '') == (has(oldSelf.persistence) && has(oldSelf.persistence.type) ? oldSelf.persistence.type : '')",message="persistence.type is immutable: create a new cluster to change it"
-// +kubebuilder:validation:XValidation:rule="(has(self.clusterCIDR) ? self.clusterCIDR : '') == (has(oldSelf.clusterCIDR) ? oldSelf.clusterCIDR : '')",message="clusterCIDR is immutable"
-// +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '')",message="serviceCIDR is immutable"
+// +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-')",message="datastore.type is immutable: create a new cluster to change it"
+// +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.type) ? self.persistence.type : '-') == (has(oldSelf.persistence) && has(oldSelf.persistence.type) ? oldSelf.persistence.type : '-')",message="persistence.type is immutable: create a new cluster to change it"
+// +kubebuilder:validation:XValidation:rule="(has(self.clusterCIDR) ? self.clusterCIDR : '-') == (has(oldSelf.clusterCIDR) ? oldSelf.clusterCIDR : '-')",message="clusterCIDR is immutable"
+// +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '-') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '-')",message="serviceCIDR is immutable"
 type ClusterSpec struct {
 	// Mode is how workloads run: shared (the virtual cluster's pods run as host
 	// pods). virtual is reserved and rejected until it is built. Immutable.
@@ -210,7 +210,7 @@ type PersistenceConfig struct {
 }
 
 // DatastoreConfig says what stores the cluster state.
-// +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type != 'external' || (has(self.external) && self.external.endpoint != '')",message="datastore.external.endpoint is required when datastore.type is external"
+// +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type != 'external' || (has(self.external) && size(self.external.endpoint) > 0)",message="datastore.external.endpoint is required when datastore.type is external"
 // +kubebuilder:validation:XValidation:rule="!has(self.external) || (has(self.type) && self.type == 'external')",message="datastore.external may only be set when datastore.type is external"
 type DatastoreConfig struct {
 	// Type is sqlite, etcd or external. Empty means the controller's default.
