@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -507,6 +509,9 @@ func TestManagerRestoresDeletedObjects(t *testing.T) {
 		Scheme:  scheme,
 		Cache:   cache.Options{ByObject: CacheByObject(), DefaultNamespaces: map[string]cache.Config{ns: {}}},
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		// go test -count=N runs this test N times in one process; controller
+		// names are otherwise required to be unique per process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
