@@ -14,12 +14,22 @@ import (
 // the answer back until the write is durable (SyncGroup), and it refuses to
 // acknowledge a create that kine reports as done but did not store.
 //
-// The second part works around kine v0.17: when the insert of a create fails
-// (a full disk, an I/O error), LogStructured.Create looks the key up, finds it
-// absent, and returns the lookup's nil error, so the client is told the object
-// was created. kube-apiserver would answer 201 for an object that does not
-// exist. Updates and deletes do not have this problem: kine answers them with a
-// failed compare, which the client retries and eventually reports.
+// The second part works around two kine v0.17.5 bugs in LogStructured.Create:
+//
+//   - When the insert of a create fails (a full disk, an I/O error), Create
+//     looks the key up, finds it absent, and returns the lookup's nil error, so
+//     the client is told the object was created. kube-apiserver would answer 201
+//     for an object that does not exist.
+//   - When a create follows a delete of the same key, its second insert assigns
+//     to a shadowed variable, so Create returns revision 0 and kine answers with
+//     the store's current revision instead of the new row's. Under concurrent
+//     writes that is a later revision than the key's, and kube-apiserver would
+//     hand out a resourceVersion whose next update fails its compare.
+//
+// So after every successful create the guard reads the row the create wrote
+// and answers with its revision, or refuses when there is none. Updates and
+// deletes do not have the first problem: kine answers them with a failed
+// compare, which the client retries and eventually reports.
 type ackGuard struct {
 	side  *sql.DB
 	gsync *groupSync // nil in SyncCommit mode
@@ -34,8 +44,17 @@ var etcdWriteMethods = map[string]bool{
 	"/etcdserverpb.KV/Compact":     true,
 }
 
-// storedCreate finds the row a create at revision rev wrote for key.
-const storedCreate = `SELECT COUNT(*) FROM kine WHERE id = ? AND name = ? AND created = 1 AND deleted = 0`
+// createAt tells whether the row at revision id is a create of key: kine's
+// answer is right for every create but one that follows a delete.
+const createAt = `SELECT COUNT(*) FROM kine WHERE id = ? AND name = ? AND created = 1`
+
+// newestCreate finds the newest create of key, and whether no delete of key
+// came after it, for a create whose answer is wrong (see ackGuard). The row
+// must be newer than the key's last delete: otherwise the re-create wrote
+// nothing and the newest create is the one that delete ended.
+const newestCreate = `SELECT COALESCE(MAX(id), 0),
+	COALESCE(MAX(id), 0) > (SELECT COALESCE(MAX(id), 0) FROM kine WHERE name = ? AND deleted = 1)
+	FROM kine WHERE name = ? AND created = 1`
 
 func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
@@ -44,9 +63,11 @@ func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.Una
 	}
 	if key := createKey(req); key != "" {
 		if txn, ok := resp.(*etcdserverpb.TxnResponse); ok && txn.Succeeded {
-			if err := a.checkStored(ctx, key, txn.GetHeader().GetRevision()); err != nil {
+			rev, err := a.storedRevision(ctx, key, txn.GetHeader().GetRevision())
+			if err != nil {
 				return nil, err
 			}
+			setRevision(txn, rev)
 		}
 	}
 	if a.gsync != nil {
@@ -57,24 +78,54 @@ func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.Una
 	return resp, nil
 }
 
-func (a *ackGuard) checkStored(ctx context.Context, key string, rev int64) error {
+// storedRevision returns the revision of the row a create of key, reported by
+// kine at revision rev, wrote; an error when it wrote none.
+func (a *ackGuard) storedRevision(ctx context.Context, key string, rev int64) (int64, error) {
 	var n int
-	if err := a.side.QueryRowContext(ctx, storedCreate, rev, key).Scan(&n); err != nil {
-		return status.Errorf(codes.Unavailable, "confirming that the create was stored: %v", err)
+	if err := a.side.QueryRowContext(ctx, createAt, rev, key).Scan(&n); err != nil {
+		return 0, status.Errorf(codes.Unavailable, "confirming that the create was stored: %v", err)
 	}
-	if n != 1 {
-		return status.Error(codes.ResourceExhausted,
+	if n == 1 {
+		return rev, nil
+	}
+	var (
+		id    int64
+		fresh bool
+	)
+	if err := a.side.QueryRowContext(ctx, newestCreate, key, key).Scan(&id, &fresh); err != nil {
+		return 0, status.Errorf(codes.Unavailable, "confirming that the create was stored: %v", err)
+	}
+	if id == 0 || !fresh {
+		return 0, status.Error(codes.ResourceExhausted,
 			"the create was not stored: the database refused the write (is the volume full?); nothing was changed")
 	}
-	return nil
+	return id, nil
 }
 
-// createKey returns the key of a kube-apiserver style create (a Txn that puts
-// a key if its mod revision is 0, with nothing else), which is the shape kine
-// serves through LogStructured.Create; "" for anything else.
+// setRevision makes a create's answer carry the revision of the row it wrote,
+// as etcd's does.
+func setRevision(txn *etcdserverpb.TxnResponse, rev int64) {
+	if txn.Header != nil {
+		txn.Header.Revision = rev
+	}
+	for _, r := range txn.Responses {
+		if put := r.GetResponsePut(); put != nil && put.Header != nil {
+			put.Header.Revision = rev
+		}
+	}
+}
+
+// createKey returns the key of a create: a Txn that puts a key if its mod
+// revision is 0, with nothing else on success and at most a read of the key on
+// failure. kube-apiserver sends the first shape, clients that want the current
+// value on conflict the second; kine serves both through LogStructured.Create.
+// "" for anything else.
 func createKey(req any) string {
 	txn, ok := req.(*etcdserverpb.TxnRequest)
-	if !ok || len(txn.Compare) != 1 || len(txn.Success) != 1 || len(txn.Failure) != 0 {
+	if !ok || len(txn.Compare) != 1 || len(txn.Success) != 1 || len(txn.Failure) > 1 {
+		return ""
+	}
+	if len(txn.Failure) == 1 && txn.Failure[0].GetRequestRange() == nil {
 		return ""
 	}
 	c := txn.Compare[0]
