@@ -15,12 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
 )
 
@@ -33,7 +30,7 @@ var (
 	// kubeconfigPath is an admin kubeconfig of the test API server, for helm.
 	kubeconfigPath string
 	restConfig     *rest.Config
-	scheme         = runtime.NewScheme()
+	scheme         *runtime.Scheme
 	k8s            client.Client
 	chartDir       = filepath.Join("..", "..", "charts", "k3k")
 	crdDir         = filepath.Join(chartDir, "crds")
@@ -55,21 +52,9 @@ func TestMain(m *testing.M) {
 
 func runSuite(m *testing.M) int {
 	var err error
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1beta1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
 	if helmBin, err = testenv.Binary("helm"); err != nil {
 		fmt.Fprintln(os.Stderr, "chart tests need helm:", err, "(make helm builds just helm)")
 		return 1
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := testenv.Binary(bin); err != nil {
-			fmt.Fprintln(os.Stderr, "envtest:", err)
-			return 1
-		}
 	}
 	// helm keeps caches and its config under these; keep them out of $HOME.
 	if helmHome, err = os.MkdirTemp("", "k3k-charttest-helm-"); err != nil {
@@ -78,26 +63,14 @@ func runSuite(m *testing.M) int {
 	}
 	defer os.RemoveAll(helmHome)
 
-	env := &envtest.Environment{BinaryAssetsDirectory: testenv.ToolsDir()}
-	if restConfig, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	if k8s, err = client.New(restConfig, client.Options{Scheme: scheme}); err != nil {
+	env, err := testenv.StartEnvtest()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	admin, err := env.ControlPlane.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "adding helm's user:", err)
-		return 1
-	}
-	kc, err := admin.KubeConfig()
+	defer env.Stop()
+	restConfig, scheme, k8s = env.Config, env.Scheme, env.Client
+	kc, err := env.AdminKubeconfig("helm-admin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -13,10 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
@@ -37,44 +34,14 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1beta1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := testenv.Binary(bin); err != nil {
-			fmt.Fprintln(os.Stderr, "envtest:", err)
-			return 1
-		}
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "charts", "k3k", "crds")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: testenv.ToolsDir(),
-	}
-	cfg, err := env.Start()
+	env, err := testenv.StartEnvtest(filepath.Join("..", "..", "charts", "k3k", "crds"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	admin, err := env.ControlPlane.AddUser(envtest.User{Name: "cli-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "adding the CLI's user:", err)
-		return 1
-	}
-	data, err := admin.KubeConfig()
+	defer env.Stop()
+	k8s = env.Client
+	data, err := env.AdminKubeconfig("cli-admin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -90,7 +57,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	apiServerURL = cfg.Host
+	apiServerURL = env.Config.Host
 	return m.Run()
 }
 

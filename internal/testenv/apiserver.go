@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -45,10 +42,7 @@ type APIServer struct {
 	// LogPath is where the process's output goes; tests print it on failure.
 	LogPath string
 
-	cmd      *exec.Cmd
-	done     chan struct{}
-	waitErr  error
-	stopOnce sync.Once
+	proc *process
 }
 
 // StartAPIServer starts kube-apiserver and waits until /readyz answers ok.
@@ -112,30 +106,27 @@ func StartAPIServer(ctx context.Context, cfg APIServerConfig) (*APIServer, error
 	}
 	args = append(args, cfg.ExtraArgs...)
 
-	logPath := p("kube-apiserver.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	s := &APIServer{
+		URL: fmt.Sprintf("https://127.0.0.1:%d", port), CA: ca, Admin: admin,
+		LogPath: p("kube-apiserver.log"),
+	}
+	client, err := kubernetes.NewForConfig(s.RESTConfig())
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
-	}
-	s := &APIServer{
-		URL: fmt.Sprintf("https://127.0.0.1:%d", port), CA: ca, Admin: admin,
-		LogPath: logPath, cmd: cmd, done: make(chan struct{}),
-	}
-	go func() {
-		s.waitErr = cmd.Wait()
-		logFile.Close()
-		close(s.done)
-	}()
-	if err := s.waitReady(ctx); err != nil {
-		_ = s.Stop()
-		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
+	s.proc, err = startProcess(ctx, "kube-apiserver", bin, args, s.LogPath, readiness{
+		check: func(ctx context.Context) error {
+			body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			if err == nil && !bytes.Equal(bytes.TrimSpace(body), []byte("ok")) {
+				return fmt.Errorf("/readyz: %q", body)
+			}
+			return err
+		},
+		interval: 200 * time.Millisecond,
+		timeout:  90 * time.Second,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -163,51 +154,12 @@ func (s *APIServer) Kubeconfig() ([]byte, error) {
 
 // Stop ends the process (SIGTERM, then SIGKILL after ten seconds) and waits for it.
 func (s *APIServer) Stop() error {
-	s.stopOnce.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
-	})
+	s.proc.stop()
 	return nil
 }
 
 // Exited reports whether the process has ended.
-func (s *APIServer) Exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *APIServer) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	client, err := kubernetes.NewForConfig(s.RESTConfig())
-	if err != nil {
-		return err
-	}
-	var last error
-	for {
-		select {
-		case <-s.done:
-			return fmt.Errorf("kube-apiserver exited before it was ready: %v", s.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(200 * time.Millisecond):
-		}
-		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		if err == nil && bytes.Equal(bytes.TrimSpace(body), []byte("ok")) {
-			return nil
-		}
-		last = err
-	}
-}
+func (s *APIServer) Exited() bool { return s.proc.exited() }
 
 // freePort asks the kernel for a free loopback port. Another process may take it
 // before kube-apiserver binds; that shows up as a start failure, not a hang.

@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"syscall"
 	"time"
 )
 
@@ -27,10 +23,7 @@ type Etcd struct {
 	// LogPath is where the process's output goes; tests print it on failure.
 	LogPath string
 
-	cmd      *exec.Cmd
-	done     chan struct{}
-	waitErr  error
-	stopOnce sync.Once
+	proc *process
 }
 
 // StartEtcd starts the etcd binary from ToolsDir and waits until /health answers.
@@ -62,70 +55,37 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 		"--unsafe-no-fsync",
 		"--log-level=warn",
 	}
-	logPath := filepath.Join(cfg.Dir, "etcd.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	e := &Etcd{URL: client, LogPath: filepath.Join(cfg.Dir, "etcd.log")}
+	e.proc, err = startProcess(ctx, "etcd", bin, args, e.LogPath, readiness{
+		check:    e.healthy,
+		interval: 100 * time.Millisecond,
+		timeout:  60 * time.Second,
+	})
 	if err != nil {
 		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting etcd: %w", err)
-	}
-	e := &Etcd{URL: client, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		e.waitErr = cmd.Wait()
-		logFile.Close()
-		close(e.done)
-	}()
-	if err := e.waitReady(ctx); err != nil {
-		_ = e.Stop()
-		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
 	}
 	return e, nil
 }
 
 // Stop ends the process (SIGTERM, then SIGKILL after ten seconds) and waits for it.
 func (e *Etcd) Stop() error {
-	e.stopOnce.Do(func() {
-		_ = e.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-e.done:
-		case <-time.After(10 * time.Second):
-			_ = e.cmd.Process.Kill()
-			<-e.done
-		}
-	})
+	e.proc.stop()
 	return nil
 }
 
-func (e *Etcd) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	var last error
-	for {
-		select {
-		case <-e.done:
-			return fmt.Errorf("etcd exited before it was ready: %v", e.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("etcd not ready: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.URL+"/health", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			last = err
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return nil
-		}
-		last = fmt.Errorf("/health: %s", resp.Status)
+// healthy asks etcd's /health endpoint once.
+func (e *Etcd) healthy(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.URL+"/health", nil)
+	if err != nil {
+		return err
 	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/health: %s", resp.Status)
+	}
+	return nil
 }

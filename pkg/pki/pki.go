@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"slices"
 	"time"
 )
@@ -40,13 +41,21 @@ type KeyPair struct {
 type CertSpec struct {
 	// CommonName identifies the holder, e.g. the member (pod) name.
 	CommonName string
+	// Organization is the subject's organization; Kubernetes reads it as the
+	// groups of a client certificate.
+	Organization []string
 	// DNSNames are the names the holder serves under; for a member, its pod DNS
 	// name under the headless Service (and the short forms it is dialled by).
 	DNSNames []string
+	// IPs are the addresses the holder serves under. Members never get one (see
+	// MemberSpec); it is for servers on a fixed address, such as a test's loopback.
+	IPs []net.IP
 	// Server and Client select the extended key usages. An etcd member needs both:
 	// it serves peers and clients and dials its peers with the same certificate.
 	Server, Client bool
-	// Validity defaults to DefaultCertValidity; capped at the CA's expiry.
+	// Validity defaults to DefaultCertValidity; capped at the CA's expiry. A
+	// negative Validity issues a certificate that has already expired, which is
+	// what tests of expiry need.
 	Validity time.Duration
 }
 
@@ -87,11 +96,12 @@ func Issue(ca KeyPair, spec CertSpec, now time.Time) (KeyPair, error) {
 		notAfter = caCert.NotAfter
 	}
 	tmpl := &x509.Certificate{
-		Subject:   pkix.Name{CommonName: spec.CommonName},
-		DNSNames:  slices.Clone(spec.DNSNames),
-		KeyUsage:  x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		NotBefore: now.Add(-5 * time.Minute),
-		NotAfter:  notAfter,
+		Subject:     pkix.Name{CommonName: spec.CommonName, Organization: slices.Clone(spec.Organization)},
+		DNSNames:    slices.Clone(spec.DNSNames),
+		IPAddresses: slices.Clone(spec.IPs),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		NotBefore:   now.Add(-5 * time.Minute),
+		NotAfter:    notAfter,
 	}
 	if spec.Server {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)

@@ -3,6 +3,8 @@ package pki_test
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +91,75 @@ func TestIssueRefusesANonCA(t *testing.T) {
 	leaf, _ := pki.Issue(ca, pki.MemberSpec("m0", "m0.svc"), now)
 	if _, err := pki.Issue(leaf, pki.MemberSpec("m1", "m1.svc"), now); err == nil {
 		t.Fatal("issuing with a leaf certificate succeeded")
+	}
+}
+
+func TestIssueWritesWhatTheSpecAsksFor(t *testing.T) {
+	now := time.Now()
+	ca, err := pki.NewCA("ca", now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback := net.ParseIP("127.0.0.1")
+	cases := []struct {
+		name     string
+		spec     pki.CertSpec
+		usages   []x509.ExtKeyUsage
+		ips      []net.IP
+		org      []string
+		notAfter time.Time
+	}{
+		{
+			name:     "a client-only certificate carries only client usage and its organization",
+			spec:     pki.CertSpec{CommonName: "admin", Organization: []string{"system:masters"}, Client: true},
+			usages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			org:      []string{"system:masters"},
+			notAfter: now.Add(pki.DefaultCertValidity),
+		},
+		{
+			name:     "a server-only certificate carries only server usage and its IPs",
+			spec:     pki.CertSpec{CommonName: "apiserver", DNSNames: []string{"localhost"}, IPs: []net.IP{loopback}, Server: true},
+			usages:   []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			ips:      []net.IP{loopback},
+			notAfter: now.Add(pki.DefaultCertValidity),
+		},
+		{
+			name:     "a member certificate carries both usages and no IP",
+			spec:     pki.MemberSpec("m0", "m0.svc"),
+			usages:   []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			notAfter: now.Add(pki.DefaultCertValidity),
+		},
+		{
+			name:     "a negative validity issues a certificate that has already expired",
+			spec:     pki.CertSpec{CommonName: "old", Client: true, Validity: -time.Minute},
+			usages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			notAfter: now.Add(-time.Minute),
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pair, err := pki.Issue(ca, c.spec, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			block, _ := pem.Decode(pair.CertPEM)
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(cert.ExtKeyUsage, c.usages) {
+				t.Errorf("ext key usages %v, want %v", cert.ExtKeyUsage, c.usages)
+			}
+			if !slices.EqualFunc(cert.IPAddresses, c.ips, net.IP.Equal) {
+				t.Errorf("IPs %v, want %v", cert.IPAddresses, c.ips)
+			}
+			if !slices.Equal(cert.Subject.Organization, c.org) {
+				t.Errorf("organization %v, want %v", cert.Subject.Organization, c.org)
+			}
+			// x509 keeps whole seconds.
+			if d := cert.NotAfter.Sub(c.notAfter); d < -time.Second || d > time.Second {
+				t.Errorf("not after %s, want %s", cert.NotAfter, c.notAfter)
+			}
+		})
 	}
 }

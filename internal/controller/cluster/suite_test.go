@@ -12,12 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
@@ -28,7 +26,7 @@ import (
 // built from source (make tools). It is started once for the package.
 var (
 	restConfig *rest.Config
-	scheme     = runtime.NewScheme()
+	scheme     *runtime.Scheme
 	k8s        client.Client
 	nsCounter  atomic.Int64
 )
@@ -38,38 +36,13 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1beta1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := testenv.Binary(bin); err != nil {
-			fmt.Fprintln(os.Stderr, "envtest:", err)
-			return 1
-		}
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "charts", "k3k", "crds")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: testenv.ToolsDir(),
-	}
-	cfg, err := env.Start()
+	env, err := testenv.StartEnvtest(filepath.Join("..", "..", "..", "charts", "k3k", "crds"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	restConfig = cfg
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer env.Stop()
+	restConfig, scheme, k8s = env.Config, env.Scheme, env.Client
 	return m.Run()
 }
 
