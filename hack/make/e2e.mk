@@ -23,3 +23,18 @@ hostcluster-status: ## Show what of the host cluster runs
 
 images: ## Build image tarballs and a values.yaml under _output/images (IMAGE_TAG, default dev)
 	$(E2E_ENV) hack/images.sh
+
+.PHONY: e2e demo demo-down
+
+# E2E_SERVER_IMAGE=rancher/k3s:v1.34.2-k3s1 runs the suite with real k3s where it
+# can be pulled; E2E_CLUSTER=existing uses $KUBECONFIG instead of the host cluster.
+E2E_ARGS ?=
+
+e2e: ## End-to-end suite: host cluster up, images, helm install, go test -tags e2e ./e2e/, host cluster down (root)
+	$(E2E_ENV) hack/e2e.sh test $(E2E_ARGS)
+
+demo: ## Host cluster, chart and one virtual cluster "demo"; prints its kubeconfig (root)
+	$(E2E_ENV) hack/e2e.sh demo
+
+demo-down: ## Remove everything `make demo` made (root)
+	$(E2E_ENV) hack/e2e.sh demo-down

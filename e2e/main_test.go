@@ -1,0 +1,315 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The suite is configured from the environment (hack/e2e.sh sets it):
+//
+//	KUBECONFIG          the host cluster (required)
+//	E2E_K3KCLI          a built k3kcli; default: built from ./cmd/k3kcli into a temp dir
+//	E2E_NODE_IP         the address node ports are reached on; default: the node's InternalIP
+//	E2E_HOST_SERVER     the host API server URL k3kcli is given; default https://NODE_IP:6443,
+//	                    so `--expose nodeport` puts the node's address into the virtual
+//	                    cluster's TLS SANs and kubeconfig
+//	E2E_CTR             command prefix for containerd's ctr, used to kill single containers;
+//	                    default "ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
+//	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 5)
+type config struct {
+	hostKubeconfig string // a copy of KUBECONFIG whose server is E2E_HOST_SERVER
+	k3kcli         string
+	nodeIP         string
+	ctr            []string
+	rounds         int
+	workDir        string
+}
+
+var (
+	cfg  config
+	host kubernetes.Interface
+)
+
+func TestMain(m *testing.M) {
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	dir, err := os.MkdirTemp("", "k3k-e2e-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cfg.workDir = dir
+
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	raw, err := rules.Load()
+	if err != nil {
+		return 0, fmt.Errorf("loading the host kubeconfig: %w", err)
+	}
+	restCfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
+	if err != nil {
+		return 0, fmt.Errorf("host kubeconfig: %w", err)
+	}
+	host, err = kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return 0, err
+	}
+
+	cfg.nodeIP = os.Getenv("E2E_NODE_IP")
+	if cfg.nodeIP == "" {
+		nodes, err := host.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("listing host nodes: %w", err)
+		}
+		for _, n := range nodes.Items {
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP && cfg.nodeIP == "" {
+					cfg.nodeIP = a.Address
+				}
+			}
+		}
+		if cfg.nodeIP == "" {
+			return 0, fmt.Errorf("no node has an InternalIP; set E2E_NODE_IP")
+		}
+	}
+
+	// k3kcli names the virtual cluster's node-port address after the host API
+	// server; point it at the node so that address is reachable from here.
+	hostServer := os.Getenv("E2E_HOST_SERVER")
+	if hostServer == "" {
+		hostServer = "https://" + net.JoinHostPort(cfg.nodeIP, "6443")
+	}
+	ctxName := raw.CurrentContext
+	if c := raw.Contexts[ctxName]; c != nil && raw.Clusters[c.Cluster] != nil {
+		raw.Clusters[c.Cluster].Server = hostServer
+	}
+	cfg.hostKubeconfig = filepath.Join(dir, "host.kubeconfig")
+	if err := clientcmd.WriteToFile(*raw, cfg.hostKubeconfig); err != nil {
+		return 0, err
+	}
+
+	cfg.k3kcli = os.Getenv("E2E_K3KCLI")
+	if cfg.k3kcli == "" {
+		cfg.k3kcli = filepath.Join(dir, "k3kcli")
+		build := exec.Command("go", "build", "-o", cfg.k3kcli, "../cmd/k3kcli")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("building k3kcli: %v\n%s", err, out)
+		}
+	}
+
+	ctr := os.Getenv("E2E_CTR")
+	if ctr == "" {
+		ctr = "ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
+	}
+	cfg.ctr = strings.Fields(ctr)
+	cfg.rounds = 5
+	if r := os.Getenv("E2E_RECOVERY_ROUNDS"); r != "" {
+		if _, err := fmt.Sscan(r, &cfg.rounds); err != nil || cfg.rounds < 1 {
+			return 0, fmt.Errorf("E2E_RECOVERY_ROUNDS=%q is not a positive number", r)
+		}
+	}
+	return m.Run(), nil
+}
+
+// vcluster is one virtual cluster under test.
+type vcluster struct {
+	name, namespace string
+	kubeconfig      string // the file k3kcli wrote
+	client          kubernetes.Interface
+}
+
+func (v *vcluster) pod() string              { return "k3k-" + v.name + "-server-0" }
+func (v *vcluster) kubeconfigSecret() string { return "k3k-" + v.name + "-kubeconfig" }
+func (v *vcluster) tokenSecret() string      { return "k3k-" + v.name + "-token" }
+func (v *vcluster) service() string          { return "k3k-" + v.name + "-service" }
+
+// k3kcli runs the CLI against the host cluster and returns its combined output.
+func k3kcli(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cfg.k3kcli, append([]string{"--kubeconfig", cfg.hostKubeconfig}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("k3kcli %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
+	if err != nil {
+		t.Fatalf("k3kcli %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String()
+}
+
+// createCluster makes a namespace and a virtual cluster in it exposed on a node
+// port, and returns a client built from the kubeconfig k3kcli wrote.
+func createCluster(t *testing.T, name string, flags ...string) *vcluster {
+	t.Helper()
+	ctx := context.Background()
+	ns := "e2e-" + name
+	if _, err := host.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	v := &vcluster{name: name, namespace: ns, kubeconfig: filepath.Join(cfg.workDir, name+".kubeconfig")}
+	start := time.Now()
+	args := append([]string{"cluster", "create", name, "-n", ns, "--expose", "nodeport",
+		"--timeout", "5m", "--output-kubeconfig", v.kubeconfig}, flags...)
+	k3kcli(t, args...)
+	t.Logf("cluster %s/%s ready after %s", ns, name, time.Since(start).Round(time.Millisecond))
+	v.client = virtualClient(t, v.kubeconfig)
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpPod(t, v) // and keep the namespace to look at (E2E_KEEP=1)
+			return
+		}
+		// Deleting the namespace deletes the Cluster and, through owner
+		// references, all it made: an existing cluster (E2E_CLUSTER=existing)
+		// can run the suite again.
+		if err := host.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}); err != nil {
+			t.Logf("deleting namespace %s: %v", ns, err)
+		}
+	})
+	return v
+}
+
+// virtualClient is a client of a virtual cluster with short timeouts, so a
+// request to a server that is gone fails fast instead of hanging.
+func virtualClient(t *testing.T, path string) kubernetes.Interface {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatalf("loading %s: %v", path, err)
+	}
+	u, err := url.Parse(rc.Host)
+	if err != nil || !strings.HasPrefix(u.Host, cfg.nodeIP+":") {
+		t.Fatalf("the kubeconfig points at %s, not at the node %s", rc.Host, cfg.nodeIP)
+	}
+	rc.Timeout = 3 * time.Second
+	rc.Dial = (&net.Dialer{Timeout: 2 * time.Second}).DialContext
+	rc.QPS, rc.Burst = 50, 100
+	return kubernetes.NewForConfigOrDie(rc)
+}
+
+// eventually polls cond every 250ms until it returns true or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %s (last error: %v)", what, timeout, last)
+	}
+}
+
+// serving waits until the virtual API answers a list of namespaces.
+func serving(t *testing.T, c kubernetes.Interface, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "virtual API serving", func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		return err == nil, err
+	})
+}
+
+// serverPod returns the server pod, or nil when it does not exist.
+func serverPod(ctx context.Context, v *vcluster) (*corev1.Pod, error) {
+	p, err := host.CoreV1().Pods(v.namespace).Get(ctx, v.pod(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return p, err
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func secretData(t *testing.T, v *vcluster, name string) map[string][]byte {
+	t.Helper()
+	s, err := host.CoreV1().Secrets(v.namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading Secret %s: %v", name, err)
+	}
+	return s.Data
+}
+
+// containerStatus finds a container (or native sidecar) of the pod by name.
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+// killContainer sends SIGKILL to one container through containerd, the way an
+// OOM kill or a crash would end it; the kubelet restarts it in place.
+func killContainer(t *testing.T, p *corev1.Pod, name string) {
+	t.Helper()
+	cs := containerStatus(p, name)
+	if cs == nil || cs.ContainerID == "" {
+		t.Fatalf("pod %s has no running container %s", p.Name, name)
+	}
+	_, id, _ := strings.Cut(cs.ContainerID, "://")
+	args := append(append([]string{}, cfg.ctr[1:]...), "--namespace", "k8s.io", "task", "kill", "--signal", "SIGKILL", id)
+	out, err := exec.Command(cfg.ctr[0], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("killing container %s (%s): %v\n%s", name, id, err, out)
+	}
+}
+
+// dumpPod logs the server pod's state and its containers' last log lines, to
+// explain a failure.
+func dumpPod(t *testing.T, v *vcluster) {
+	p, err := serverPod(context.Background(), v)
+	if err != nil || p == nil {
+		t.Logf("server pod: %v (missing: %v)", err, p == nil)
+		return
+	}
+	t.Logf("server pod %s: phase %s, IP %s, ready %v", p.Name, p.Status.Phase, p.Status.PodIP, podReady(p))
+	for _, c := range []string{"datastore", "k3s", "kubeconfig-publisher"} {
+		if cs := containerStatus(p, c); cs != nil {
+			t.Logf("  %s: ready %v restarts %d state %+v", c, cs.Ready, cs.RestartCount, cs.State)
+		}
+		tail := int64(15)
+		logs, err := host.CoreV1().Pods(v.namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c, TailLines: &tail}).DoRaw(context.Background())
+		t.Logf("  %s logs (err %v):\n%s", c, err, logs)
+	}
+}
