@@ -33,7 +33,7 @@ func ParseServerToken(data []byte) (string, error) {
 		creds = password
 	}
 	if creds == "" {
-		return "", errors.New("server token file has no credentials after K10<hash>::")
+		return "", errors.New("server token file has no credentials after its K10<hash>:: prefix")
 	}
 	return creds, nil
 }
