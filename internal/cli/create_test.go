@@ -111,18 +111,11 @@ func playController(t *testing.T, ns, name string, nodePort int32) []byte {
 	if err := k8s.Create(ctx, svc); err != nil {
 		t.Fatalf("creating the API Service: %v", err)
 	}
-	ca, err := testenv.NewCA("virtual-cluster")
+	kc, err := testenv.NewAdminKubeconfig("https://127.0.0.1:6443")
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := ca.Issue(testenv.CertSpec{CommonName: "system:admin", Organization: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := testenv.K3sKubeconfig("https://127.0.0.1:6443", ca.Cert, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, admin := kc.Data, kc.Admin
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: cluster.NamesFor(c).Kubeconfig, Namespace: ns},
 		Data:       map[string][]byte{cluster.SecretKeyKubeconfig: raw},

@@ -19,18 +19,11 @@ import (
 // as the server pod's publisher would.
 func publishKubeconfig(t *testing.T, ns, name string) {
 	t.Helper()
-	ca, err := testenv.NewCA("vc")
+	kc, err := testenv.NewAdminKubeconfig("https://127.0.0.1:6443")
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := ca.Issue(testenv.CertSpec{CommonName: "system:admin", Organization: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := testenv.K3sKubeconfig("https://127.0.0.1:6443", ca.Cert, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := kc.Data
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "k3k-" + name + "-kubeconfig", Namespace: ns},
 		Data: map[string][]byte{cluster.SecretKeyKubeconfig: raw}}
 	if err := k8s.Create(context.Background(), s); err != nil {

@@ -1,14 +1,17 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
@@ -74,4 +77,19 @@ func (e *Envtest) AdminKubeconfig(name string) ([]byte, error) {
 		return nil, fmt.Errorf("adding user %s: %w", name, err)
 	}
 	return user.KubeConfig()
+}
+
+// StartManager runs mgr until the test ends, then stops it and reports an
+// error it returned.
+func StartManager(t testing.TB, mgr manager.Manager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
 }

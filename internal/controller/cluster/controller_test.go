@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -91,24 +89,11 @@ func condition(t *testing.T, c *v1beta1.Cluster, typ string) metav1.Condition {
 // validKubeconfig is a kubeconfig in the shape the publisher writes.
 func validKubeconfig(t *testing.T, server string) []byte {
 	t.Helper()
-	ca, err := testenv.NewCA("k3s-server-ca")
+	kc, err := testenv.NewAdminKubeconfig(server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := ca.Issue(testenv.CertSpec{CommonName: "system:admin", Organization: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["default"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca.Cert}
-	cfg.AuthInfos["default"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.Cert, ClientKeyData: admin.Key}
-	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "default", AuthInfo: "default"}
-	cfg.CurrentContext = "default"
-	out, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return kc.Data
 }
 
 func TestReconcileCreatesTheServerObjects(t *testing.T) {
@@ -520,15 +505,8 @@ func TestManagerRestoresDeletedObjects(t *testing.T) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.StartManager(t, mgr)
+	ctx := context.Background()
 
 	c := createCluster(t, newCluster(ns, "watched"))
 	n := NamesFor(c)
