@@ -32,25 +32,16 @@ func inputHash(obj client.Object) (string, error) {
 	return hex.EncodeToString(sum[:12]), nil
 }
 
-// applyResult says what ensure did; tests and logs use it.
-type applyResult string
-
-const (
-	applyUnchanged applyResult = "unchanged"
-	applyCreated   applyResult = "created"
-	applyUpdated   applyResult = "updated"
-)
-
 // ensure makes the live object match desired, owned by c. It creates a missing
 // object, and otherwise updates it only when its recorded input hash differs.
 // copyOwned copies the controller's fields from desired onto live.
-func ensure[T client.Object](ctx context.Context, c client.Client, owner *v1beta1.Cluster, desired T, copyOwned func(live, desired T)) (applyResult, error) {
+func ensure[T client.Object](ctx context.Context, c client.Client, owner *v1beta1.Cluster, desired T, copyOwned func(live, desired T)) error {
 	if err := controllerutil.SetControllerReference(owner, desired, c.Scheme()); err != nil {
-		return "", fmt.Errorf("setting owner of %T %s: %w", desired, desired.GetName(), err)
+		return fmt.Errorf("setting owner of %T %s: %w", desired, desired.GetName(), err)
 	}
 	hash, err := inputHash(desired)
 	if err != nil {
-		return "", err
+		return err
 	}
 	annotations := desired.GetAnnotations()
 	if annotations == nil {
@@ -61,31 +52,31 @@ func ensure[T client.Object](ctx context.Context, c client.Client, owner *v1beta
 
 	live, ok := desired.DeepCopyObject().(T)
 	if !ok {
-		return "", fmt.Errorf("copying %T", desired)
+		return fmt.Errorf("copying %T", desired)
 	}
 	err = c.Get(ctx, client.ObjectKeyFromObject(desired), live)
 	if apierrors.IsNotFound(err) {
 		if err := c.Create(ctx, desired); err != nil {
-			return "", fmt.Errorf("creating %T %s: %w", desired, desired.GetName(), err)
+			return fmt.Errorf("creating %T %s: %w", desired, desired.GetName(), err)
 		}
-		return applyCreated, nil
+		return nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("getting %T %s: %w", desired, desired.GetName(), err)
+		return fmt.Errorf("getting %T %s: %w", desired, desired.GetName(), err)
 	}
 	if live.GetAnnotations()[AnnotationInputHash] == hash && metav1IsControlledBy(live, owner) {
-		return applyUnchanged, nil
+		return nil
 	}
 	live.SetLabels(mergeStrings(live.GetLabels(), desired.GetLabels()))
 	live.SetAnnotations(mergeStrings(live.GetAnnotations(), desired.GetAnnotations()))
 	if err := controllerutil.SetControllerReference(owner, live, c.Scheme()); err != nil {
-		return "", fmt.Errorf("adopting %T %s: %w", live, live.GetName(), err)
+		return fmt.Errorf("adopting %T %s: %w", live, live.GetName(), err)
 	}
 	copyOwned(live, desired)
 	if err := c.Update(ctx, live); err != nil {
-		return "", fmt.Errorf("updating %T %s: %w", live, live.GetName(), err)
+		return fmt.Errorf("updating %T %s: %w", live, live.GetName(), err)
 	}
-	return applyUpdated, nil
+	return nil
 }
 
 // metav1IsControlledBy reports whether obj's controller reference is owner.

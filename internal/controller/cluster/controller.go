@@ -122,7 +122,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 			"Secret %s is missing or empty but the server already holds data; the server pod's publisher restores it from the server's own copy (k3k never generates a replacement token for existing data)", name)}
 		if !exists {
 			// An empty placeholder, so the publisher needs only update rights.
-			if _, err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, ""), func(_, _ *corev1.Secret) {}); err != nil {
+			if err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, ""), func(_, _ *corev1.Secret) {}); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -137,7 +137,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		if err := r.Client.Update(ctx, s); err != nil {
 			return ctrl.Result{}, fmt.Errorf("filling empty token Secret %s: %w", name, err)
 		}
-	} else if _, err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, token), func(_, _ *corev1.Secret) {}); err != nil {
+	} else if err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, token), func(_, _ *corev1.Secret) {}); err != nil {
 		return ctrl.Result{}, err
 	}
 	log.FromContext(ctx).Info("generated cluster token", "secret", name)
@@ -174,19 +174,19 @@ func newToken() (string, error) {
 // reconcileKubeconfigSecret pre-creates the Secret the publisher fills. Its
 // content belongs to the publisher and is never touched here.
 func (r *Reconciler) reconcileKubeconfigSecret(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
-	_, err := ensure(ctx, r.Client, c, DesiredKubeconfigSecret(c), func(_, _ *corev1.Secret) {})
+	err := ensure(ctx, r.Client, c, DesiredKubeconfigSecret(c), func(_, _ *corev1.Secret) {})
 	return ctrl.Result{}, err
 }
 
 // reconcileRBAC gives the server pod its ServiceAccount and its two-Secret Role.
 func (r *Reconciler) reconcileRBAC(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
-	if _, err := ensure(ctx, r.Client, c, DesiredServiceAccount(c), func(_, _ *corev1.ServiceAccount) {}); err != nil {
+	if err := ensure(ctx, r.Client, c, DesiredServiceAccount(c), func(_, _ *corev1.ServiceAccount) {}); err != nil {
 		return ctrl.Result{}, err
 	}
-	if _, err := ensure(ctx, r.Client, c, DesiredRole(c), func(live, d *rbacv1.Role) { live.Rules = d.Rules }); err != nil {
+	if err := ensure(ctx, r.Client, c, DesiredRole(c), func(live, d *rbacv1.Role) { live.Rules = d.Rules }); err != nil {
 		return ctrl.Result{}, err
 	}
-	_, err := ensure(ctx, r.Client, c, DesiredRoleBinding(c), func(live, d *rbacv1.RoleBinding) { live.Subjects = d.Subjects })
+	err := ensure(ctx, r.Client, c, DesiredRoleBinding(c), func(live, d *rbacv1.RoleBinding) { live.Subjects = d.Subjects })
 	return ctrl.Result{}, err
 }
 
@@ -194,12 +194,12 @@ func (r *Reconciler) reconcileRBAC(ctx context.Context, c *v1beta1.Cluster, _ *o
 // for, the Ingress.
 func (r *Reconciler) reconcileServices(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
 	for _, svc := range []*corev1.Service{DesiredService(c), DesiredHeadlessService(c)} {
-		if _, err := ensure(ctx, r.Client, c, svc, copyServiceSpec); err != nil {
+		if err := ensure(ctx, r.Client, c, svc, copyServiceSpec); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	if ing := DesiredIngress(c); ing != nil {
-		if _, err := ensure(ctx, r.Client, c, ing, func(live, d *networkingv1.Ingress) { live.Spec = d.Spec }); err != nil {
+		if err := ensure(ctx, r.Client, c, ing, func(live, d *networkingv1.Ingress) { live.Spec = d.Spec }); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -246,10 +246,10 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
 	}
-	if _, err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
+	if err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
 		return ctrl.Result{}, err
 	}
-	_, err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, config), func(live, d *appsv1.StatefulSet) {
+	err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, config), func(live, d *appsv1.StatefulSet) {
 		// Selector, serviceName, podManagementPolicy and volumeClaimTemplates
 		// are immutable; volume growth is reconcileVolumeSize's job.
 		live.Spec.Replicas = d.Spec.Replicas
