@@ -341,6 +341,46 @@ type ClusterStatus struct {
 type DatastoreStatus struct {
 	// Type is the datastore in effect (spec or controller default).
 	Type DatastoreType `json:"type"`
+	// Members are the etcd members as the cluster lists them (etcd only),
+	// in name order; empty while no member answers.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	Members []EtcdMemberStatus `json:"members,omitempty"`
+	// Quorum summarises the voting members (etcd only); nil while no member
+	// answers.
+	// +optional
+	Quorum *EtcdQuorumStatus `json:"quorum,omitempty"`
+}
+
+// EtcdMemberStatus is one etcd member as the controller last observed it.
+type EtcdMemberStatus struct {
+	// Name is the server pod the member belongs to (empty for a member that
+	// was added but never started and belongs to no desired pod).
+	// +optional
+	Name string `json:"name,omitempty"`
+	// ID is the etcd member ID in hex, as etcdctl prints it.
+	ID string `json:"id"`
+	// Learner is true for a member that does not vote yet.
+	// +optional
+	Learner bool `json:"learner,omitempty"`
+	// Healthy is true when the member answered and knows a leader.
+	// +optional
+	Healthy bool `json:"healthy,omitempty"`
+	// Leader is true for the current raft leader.
+	// +optional
+	Leader bool `json:"leader,omitempty"`
+}
+
+// EtcdQuorumStatus counts the voting members.
+type EtcdQuorumStatus struct {
+	// Voters is the number of voting members (learners excluded).
+	Voters int32 `json:"voters"`
+	// HealthyVoters is how many of them answered and know a leader.
+	HealthyVoters int32 `json:"healthyVoters"`
+	// Needed is the quorum: the voters that must be healthy for etcd to
+	// accept writes (voters/2 + 1).
+	Needed int32 `json:"needed"`
 }
 
 // ClusterList is a list of Clusters.

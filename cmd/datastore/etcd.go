@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,7 @@ type etcdOptions struct {
 	listenPeer, listenClient, membersFile string
 	caFile, certFile, keyFile             string
 	healthAddress, metricsAddress         string
+	terminationMessagePath                string
 	quotaBytes                            int64
 }
 
@@ -67,6 +69,8 @@ the metrics address serves /metrics (etcd's own metrics and k3k's).`,
 	f.StringVar(&o.keyFile, "key-file", "", "member key (required)")
 	f.StringVar(&o.healthAddress, "health-address", "0.0.0.0:2381", "host:port for /healthz, /readyz and /status")
 	f.StringVar(&o.metricsAddress, "metrics-address", "0.0.0.0:2382", "host:port for /metrics")
+	f.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log",
+		"file the data-lost marker is written to, for the controller to read from the pod's status (empty: none)")
 	f.Int64Var(&o.quotaBytes, "quota-backend-bytes", 0, "database size that raises NOSPACE (0: etcd's default, 2 GiB)")
 	for _, name := range []string{"name", "data-dir", "peer-url", "client-url", "members-file", "ca-file", "cert-file", "key-file"} {
 		_ = cmd.MarkFlagRequired(name)
@@ -113,6 +117,11 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 		return fmt.Errorf("building etcd logger: %w", err)
 	}
 	m, err := startWhenListed(ctx, o, zl)
+	if errors.Is(err, member.ErrDataLost) && o.terminationMessagePath != "" {
+		// The controller reads this from the pod's status and replaces the
+		// member; the error itself goes to the log as usual.
+		_ = os.WriteFile(o.terminationMessagePath, []byte(etcd.DataLostMessage+"\n"), 0o644)
+	}
 	if err != nil {
 		return err
 	}
@@ -137,19 +146,20 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*member.Member, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	for {
-		roster, err := etcd.ReadRoster(o.membersFile)
-		if err == nil {
-			m, err := member.Start(ctx, member.Config{
-				Name: o.name, DataDir: o.dataDir, PeerURL: o.peerURL, ClientURL: o.clientURL,
-				ListenPeerAddress: o.listenPeer, ListenClientAddress: o.listenClient,
-				CAFile: o.caFile, CertFile: o.certFile, KeyFile: o.keyFile,
-				Roster: roster, QuotaBackendBytes: o.quotaBytes, Logger: zl,
-			})
-			if !errors.Is(err, member.ErrNotAMember) {
-				return m, err
-			}
+		// A member with data starts from it even when the roster is missing or
+		// unreadable (its ConfigMap deleted, say): it needs nothing from the
+		// roster then. Only an empty member waits for it.
+		roster, readErr := etcd.ReadRoster(o.membersFile)
+		m, err := member.Start(ctx, member.Config{
+			Name: o.name, DataDir: o.dataDir, PeerURL: o.peerURL, ClientURL: o.clientURL,
+			ListenPeerAddress: o.listenPeer, ListenClientAddress: o.listenClient,
+			CAFile: o.caFile, CertFile: o.certFile, KeyFile: o.keyFile,
+			Roster: roster, QuotaBackendBytes: o.quotaBytes, Logger: zl,
+		})
+		if !errors.Is(err, member.ErrNotAMember) {
+			return m, err
 		}
-		log.Info("waiting for the controller to add this member", "name", o.name, "reason", fmt.Sprint(err))
+		log.Info("waiting for the controller to add this member", "name", o.name, "reason", fmt.Sprint(errors.Join(readErr, err)))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

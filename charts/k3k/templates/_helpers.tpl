@@ -111,10 +111,12 @@ Cluster owned, and the StatefulSet's claim retention policy its volumes. */}}
   resources: ["configmaps", "services", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]
 # Server pods are observed for readiness (Watches, by label, read from the
-# cache); never written.
+# cache). With datastore.type etcd the controller also patches their
+# finalizers (k3k.io/etcd-member), so a server pod is let go only once its
+# etcd member was removed safely; nothing else of a pod is written.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "patch"]
 # Server volume claims are observed (whether a server holds data) and patched
 # to grow them when spec.persistence.storageRequestSize grows.
 - apiGroups: [""]

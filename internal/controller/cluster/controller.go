@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,6 +45,9 @@ type Reconciler struct {
 	ValidateKubeconfig func(data []byte, now time.Time) error
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// EtcdDial, when set, opens the connections to etcd members (by their DNS
+	// names) instead of the system resolver; tests point it at loopback.
+	EtcdDial EtcdDialer
 }
 
 // step is one ordered part of a reconcile. It writes only what differs and
@@ -55,7 +59,12 @@ type step func(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Re
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	c := &v1beta1.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Gone already (deleted in the background): its etcd server pods,
+			// deleted by the garbage collector, must not wait for it.
+			return ctrl.Result{}, r.releaseEtcdPods(ctx, req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, err
 	}
 	// Owned objects are removed by the garbage collector through their owner
 	// references, volumes by the StatefulSet's claim retention policy: there is
@@ -63,12 +72,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	o := &observation{}
 	o.settings, o.settingsErr = Resolve(c, r.Config)
 	if !c.DeletionTimestamp.IsZero() {
+		if err := r.releaseEtcdPods(ctx, c.Namespace, c.Name); err != nil {
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, r.updateStatus(ctx, c, o)
 	}
 
 	var result ctrl.Result
 	if o.settingsErr == nil {
-		for _, s := range []step{r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices, r.reconcileServers, r.reconcileVolumeSize} {
+		for _, s := range []step{
+			r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
+			r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
+			r.reconcileServers, r.reconcileVolumeSize,
+		} {
 			res, err := s(ctx, c, o)
 			if err != nil {
 				return ctrl.Result{}, err
@@ -229,27 +245,34 @@ func copyServiceSpec(live, d *corev1.Service) {
 
 // reconcileServers writes the k3s configuration and the server StatefulSet. A
 // first StatefulSet waits for the token, so k3s never starts without one and
-// invents its own; etcd is not built yet, so nothing is created for it.
+// invents its own, and with etcd also for the member certificate.
 func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
-	if o.settings.Datastore == v1beta1.EtcdDatastore {
-		return ctrl.Result{}, nil
-	}
 	sts := &appsv1.StatefulSet{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("getting server StatefulSet: %w", err)
 	}
-	if apierrors.IsNotFound(err) && !o.token.ready {
+	exists := err == nil
+	etcdMode := o.settings.Datastore == v1beta1.EtcdDatastore
+	if !exists && (!o.token.ready || (etcdMode && o.etcd.tls == nil)) {
 		return ctrl.Result{}, nil
 	}
 	config, err := ServerConfig(c, o.settings)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
 	}
+	hash, err := TemplateConfigHash(c, o.settings)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
+	}
 	if err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
 		return ctrl.Result{}, err
 	}
-	err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, config), func(live, d *appsv1.StatefulSet) {
+	replicas := o.settings.Servers
+	if etcdMode && exists {
+		replicas = etcdReplicas(c, o, ptr.Deref(sts.Spec.Replicas, 0))
+	}
+	err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, replicas, hash), func(live, d *appsv1.StatefulSet) {
 		// Selector, serviceName, podManagementPolicy and volumeClaimTemplates
 		// are immutable; volume growth is reconcileVolumeSize's job.
 		live.Spec.Replicas = d.Spec.Replicas

@@ -451,21 +451,6 @@ func TestUserTokenSecret(t *testing.T) {
 	}
 }
 
-func TestEtcdIsAcceptedButReportedNotBuilt(t *testing.T) {
-	r, _ := newReconciler(t)
-	c := createCluster(t, newCluster(newNamespace(t), "ha", func(c *v1beta1.Cluster) {
-		c.Spec.Servers = 3
-		c.Spec.Datastore.Type = v1beta1.EtcdDatastore
-	}))
-	reconcileOnce(t, r, c)
-	if got := condition(t, c, ConditionDatastoreReady); got.Status != metav1.ConditionFalse || got.Reason != ReasonNotSupportedYet {
-		t.Fatalf("DatastoreReady %+v", got)
-	}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("no servers should be created for etcd yet: %v", err)
-	}
-}
-
 // TestDefaultsTheSpecCannotMeet: admission cannot know the controller's default
 // datastore, so servers: 3 with it unset is refused by the controller.
 func TestDefaultsTheSpecCannotMeet(t *testing.T) {

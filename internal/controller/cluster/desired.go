@@ -110,6 +110,10 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 		return s, &InvalidSpecError{Message: fmt.Sprintf(
 			"servers: %d needs datastore.type etcd; the datastore in effect is sqlite, which runs exactly 1 server", s.Servers)}
 	}
+	if s.Datastore == v1beta1.EtcdDatastore && s.Servers%2 == 0 {
+		return s, &InvalidSpecError{Message: fmt.Sprintf(
+			"servers: %d; the datastore in effect is etcd, which needs an odd number of servers (1, 3, 5 or 7) to keep quorum", s.Servers)}
+	}
 	return s, nil
 }
 
@@ -194,6 +198,9 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 	switch s.Datastore {
 	case v1beta1.SQLiteDatastore:
 		cfg.DatastoreEndpoint = fmt.Sprintf("http://127.0.0.1:%d", DatastoreClientPort)
+	case v1beta1.EtcdDatastore:
+		cfg.DatastoreEndpoint = etcdEndpoints(c, s.Servers)
+		cfg.DatastoreCAFile, cfg.DatastoreCertFile, cfg.DatastoreKeyFile = EtcdCAPath, EtcdCertPath, EtcdKeyPath
 	case v1beta1.ExternalDatastore:
 		// With a secretRef the endpoint comes from the environment (see
 		// serverContainer) so credentials never land in this ConfigMap.
@@ -506,8 +513,26 @@ func ConfigHash(config []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// DesiredStatefulSet is the server StatefulSet. config is ServerConfig's output.
-func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, config []byte) *appsv1.StatefulSet {
+// TemplateConfigHash is the ConfigHash put on the pod template. With etcd the
+// list of member endpoints is left out: scaling changes it, and rolling every
+// server on each scale step would cost quorum margin for nothing, since k3s's
+// etcd client fails over to whichever listed member answers and a restarted
+// server reads the current list.
+func TemplateConfigHash(c *v1beta1.Cluster, s Settings) (string, error) {
+	if s.Datastore == v1beta1.EtcdDatastore {
+		s.Servers = 1
+	}
+	config, err := ServerConfig(c, s)
+	if err != nil {
+		return "", err
+	}
+	return ConfigHash(config), nil
+}
+
+// DesiredStatefulSet is the server StatefulSet running replicas pods (spec.servers,
+// or more while etcd members are being removed; see StatefulSetReplicas).
+// configHash is TemplateConfigHash's output.
+func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int32, configHash string) *appsv1.StatefulSet {
 	n := NamesFor(c)
 	podLabels := serverLabels(c)
 	volumes := []corev1.Volume{
@@ -543,12 +568,17 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, config []byt
 			},
 		}}
 	}
-	sort.Slice(volumes, func(i, j int) bool { return volumes[i].Name < volumes[j].Name })
-
 	var initContainers []corev1.Container
-	if s.Datastore == v1beta1.SQLiteDatastore {
+	server := serverContainer(c, s, cfg)
+	switch s.Datastore {
+	case v1beta1.SQLiteDatastore:
 		initContainers = append(initContainers, datastoreSidecar(cfg))
+	case v1beta1.EtcdDatastore:
+		initContainers = append(initContainers, etcdSidecar(c, cfg))
+		volumes = append(volumes, etcdVolumes(c)...)
+		server.VolumeMounts = append(server.VolumeMounts, mount(EtcdTLSVolume, EtcdTLSDir, true, ""))
 	}
+	sort.Slice(volumes, func(i, j int) bool { return volumes[i].Name < volumes[j].Name })
 	var pullSecrets []corev1.LocalObjectReference
 	for _, name := range cfg.PullSecrets {
 		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: name})
@@ -561,7 +591,7 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, config []byt
 	return &appsv1.StatefulSet{
 		ObjectMeta: objectMeta(c, n.StatefulSet),
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To(s.Servers),
+			Replicas:            ptr.To(replicas),
 			ServiceName:         n.Headless,
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Selector:            &metav1.LabelSelector{MatchLabels: serverLabels(c)},
@@ -574,7 +604,7 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, config []byt
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      podLabels,
-					Annotations: map[string]string{AnnotationConfigHash: ConfigHash(config)},
+					Annotations: map[string]string{AnnotationConfigHash: configHash},
 				},
 				Spec: corev1.PodSpec{
 					ServiceAccountName:           n.ServiceAccount,
@@ -586,7 +616,7 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, config []byt
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					InitContainers: initContainers,
-					Containers:     []corev1.Container{serverContainer(c, s, cfg), publisherContainer(c, cfg)},
+					Containers:     []corev1.Container{server, publisherContainer(c, cfg)},
 					Volumes:        volumes,
 				},
 			},

@@ -131,7 +131,7 @@ func TestExternalDatastoreKeepsCredentialsOutOfTheConfig(t *testing.T) {
 			t.Fatalf("config names %q although the endpoint comes from a Secret:\n%s", bad, cfg)
 		}
 	}
-	sts := DesiredStatefulSet(c, s, testConfig, cfg)
+	sts := DesiredStatefulSet(c, s, testConfig, 1, ConfigHash(cfg))
 	if n := len(sts.Spec.Template.Spec.InitContainers); n != 0 {
 		t.Fatalf("an external datastore needs no sidecar, got %d init containers", n)
 	}
@@ -163,7 +163,7 @@ func TestDesiredStatefulSetPersistence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sts := DesiredStatefulSet(c, s, testConfig, []byte("cfg"))
+			sts := DesiredStatefulSet(c, s, testConfig, 1, ConfigHash([]byte("cfg")))
 			if got := len(sts.Spec.VolumeClaimTemplates); got != tc.wantClaims {
 				t.Fatalf("%d claim templates, want %d", got, tc.wantClaims)
 			}
@@ -190,7 +190,7 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sts := DesiredStatefulSet(c, s, testConfig, []byte("cfg"))
+	sts := DesiredStatefulSet(c, s, testConfig, 1, ConfigHash([]byte("cfg")))
 	pod := sts.Spec.Template.Spec
 
 	wantMounts := map[string][]corev1.VolumeMount{
@@ -241,7 +241,7 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 		t.Errorf("config hash annotation %q", got)
 	}
 	// A different config must roll the pods.
-	if other := DesiredStatefulSet(c, s, testConfig, []byte("cfg2")); other.Spec.Template.Annotations[AnnotationConfigHash] == sts.Spec.Template.Annotations[AnnotationConfigHash] {
+	if other := DesiredStatefulSet(c, s, testConfig, 1, ConfigHash([]byte("cfg2"))); other.Spec.Template.Annotations[AnnotationConfigHash] == sts.Spec.Template.Annotations[AnnotationConfigHash] {
 		t.Errorf("a config change does not change the pod template")
 	}
 }
@@ -314,10 +314,10 @@ func TestComputeStatus(t *testing.T) {
 			want:      map[string]string{ConditionReady: ReasonInvalidSpec},
 		},
 		{
-			name:      "etcd is reported as not built",
+			name:      "etcd before any member was observed",
 			o:         observation{settings: Settings{Datastore: v1beta1.EtcdDatastore, Servers: 3}, token: ready},
 			wantPhase: v1beta1.PhasePending,
-			want:      map[string]string{ConditionDatastoreReady: ReasonNotSupportedYet},
+			want:      map[string]string{ConditionDatastoreReady: ReasonDatastoreStarting, ConditionEtcdMembership: ReasonNotObserved},
 		},
 	}
 	for _, tc := range cases {

@@ -32,6 +32,8 @@ const (
 	ConfigVolume          = "config"
 	TmpVolume             = "tmp"
 	DatastoreSecretVolume = "datastore-secret"
+	EtcdTLSVolume         = "etcd-tls"
+	EtcdRosterVolume      = "etcd-roster"
 
 	K3sDataDir         = "/var/lib/rancher/k3s"
 	DatastoreDataDir   = "/var/lib/k3k/datastore"
@@ -43,6 +45,14 @@ const (
 	ConfigPath         = ConfigDir + "/config.yaml"
 	DatastoreSecretDir = "/etc/k3k/datastore"
 	ServerTokenPath    = K3sDataDir + "/server/token"
+	// EtcdDataDir is on the data volume, beside k3s's own directory.
+	EtcdDataDir    = "/var/lib/k3k/etcd"
+	EtcdTLSDir     = "/etc/k3k/etcd-tls"
+	EtcdCAPath     = EtcdTLSDir + "/ca.crt"
+	EtcdCertPath   = EtcdTLSDir + "/tls.crt"
+	EtcdKeyPath    = EtcdTLSDir + "/tls.key"
+	EtcdRosterDir  = "/etc/k3k/etcd-roster"
+	EtcdRosterPath = EtcdRosterDir + "/" + ConfigMapKeyRoster
 
 	APIPort              = 6443
 	ServicePort          = 443
@@ -58,11 +68,23 @@ const (
 	SecretKeyKubeconfig = kubeconfig.SecretKey
 	// ConfigMapKeyConfig is the key of the k3s config in the server ConfigMap.
 	ConfigMapKeyConfig = "config.yaml"
+	// ConfigMapKeyRoster is the key of the etcd member roster (JSON).
+	ConfigMapKeyRoster = "members.json"
+
+	// FinalizerEtcdMember holds an etcd server pod until its member has been
+	// removed from the cluster, or may stay (see etcd.CanReleasePod).
+	FinalizerEtcdMember = "k3k.io/etcd-member"
+	// MaxServers is the most servers admission allows; the member certificate
+	// names every ordinal below it, so scaling never waits for a new certificate.
+	MaxServers = 7
 )
 
 // Names of the host objects one Cluster becomes.
 type Names struct {
 	Token, Kubeconfig, ServerConfig, Service, Headless, StatefulSet, ServiceAccount, Ingress string
+	// etcd only: the CA (never mounted into a pod), the member certificate
+	// every server pod mounts, and the member roster.
+	EtcdCA, EtcdMember, EtcdRoster string
 }
 
 // NamesFor returns the names of the objects made for c. The token Secret is the
@@ -78,6 +100,9 @@ func NamesFor(c *v1beta1.Cluster) Names {
 		StatefulSet:    p + "-server",
 		ServiceAccount: p + "-server",
 		Ingress:        p + "-ingress",
+		EtcdCA:         p + "-etcd-ca",
+		EtcdMember:     p + "-etcd-member",
+		EtcdRoster:     p + "-etcd-members",
 	}
 	if c.Spec.TokenSecretRef != nil {
 		n.Token = c.Spec.TokenSecretRef.Name
@@ -94,4 +119,15 @@ func ServiceHost(c *v1beta1.Cluster) string {
 // kubeconfig points at it.
 func Endpoint(c *v1beta1.Cluster) string {
 	return fmt.Sprintf("https://%s:%d", ServiceHost(c), ServicePort)
+}
+
+// ServerPodName is the name of the server pod with ordinal i.
+func ServerPodName(c *v1beta1.Cluster, i int) string {
+	return fmt.Sprintf("%s-%d", NamesFor(c).StatefulSet, i)
+}
+
+// ServerPodHost is the DNS name of a server pod under the headless Service: the
+// etcd identity of its member, stable across restarts and IP changes.
+func ServerPodHost(c *v1beta1.Cluster, pod string) string {
+	return fmt.Sprintf("%s.%s.%s.svc", pod, NamesFor(c).Headless, c.Namespace)
 }

@@ -33,7 +33,6 @@ const (
 	ReasonDatastoreServing     = "DatastoreServing"
 	ReasonDatastoreStarting    = "DatastoreStarting"
 	ReasonDatastoreExternal    = "ExternalDatastore"
-	ReasonNotSupportedYet      = "NotSupportedYet"
 	ReasonServersReady         = "ServersReady"
 	ReasonServersStarting      = "ServersStarting"
 	ReasonWaiting              = "Waiting"
@@ -61,6 +60,8 @@ type observation struct {
 	// it is not usable when it is not empty.
 	kubeconfig    []byte
 	kubeconfigErr error
+	// etcd is filled for datastore.type etcd only.
+	etcd etcdState
 }
 
 // computeStatus derives the Cluster's status from what was observed. It starts
@@ -101,6 +102,15 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	set(ConditionServersReady, srv.ok, srv.reason, srv.message)
 	kc := kubeconfigCondition(o)
 	set(ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
+	if o.settings.Datastore == v1beta1.EtcdDatastore {
+		for _, cond := range etcdConditions(o, c.Generation) {
+			meta.SetStatusCondition(&st.Conditions, cond)
+		}
+		if o.etcd.observed != nil {
+			st.Datastore.Members = etcdMembers(*o.etcd.observed)
+			st.Datastore.Quorum = etcdQuorum(*o.etcd.observed)
+		}
+	}
 
 	ready := condResult{ok: true, reason: ReasonReady, message: "servers are ready and the kubeconfig is published"}
 	for _, part := range []struct {
@@ -138,7 +148,7 @@ func datastoreCondition(o observation) condResult {
 	case v1beta1.ExternalDatastore:
 		return condResult{true, ReasonDatastoreExternal, "the datastore is run by the user; k3s reports whether it can reach it"}
 	case v1beta1.EtcdDatastore:
-		return condResult{false, ReasonNotSupportedYet, "datastore.type etcd is accepted but not built yet; use sqlite or external"}
+		return etcdDatastoreCondition(o)
 	}
 	ready := 0
 	for _, p := range o.serverPods {

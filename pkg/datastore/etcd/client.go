@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // ClientConfig configures NewClient.
@@ -27,6 +29,11 @@ type ClientConfig struct {
 	CallTimeout time.Duration
 	// Logger is the etcd client's logger; default: none.
 	Logger *zap.Logger
+	// DialContext, when set, opens the connections instead of the system's
+	// resolver and dialer. TLS still verifies the endpoint's host name, so a
+	// test can point the members' DNS names at loopback addresses without
+	// weakening what is checked.
+	DialContext func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // EtcdClient is the real Client: one etcd v3 client per member endpoint,
@@ -78,12 +85,20 @@ func (c *EtcdClient) client(endpoint string) (*clientv3.Client, error) {
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		Logger:               c.cfg.Logger,
+		DialOptions:          dialOptions(c.cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", endpoint, err)
 	}
 	c.clients[endpoint] = cl
 	return cl, nil
+}
+
+func dialOptions(cfg ClientConfig) []grpc.DialOption {
+	if cfg.DialContext == nil {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithContextDialer(cfg.DialContext)}
 }
 
 // Status implements Reader.

@@ -42,6 +42,11 @@ type RosterMember struct {
 	Started bool `json:"started,omitempty"`
 }
 
+// DataLostMessage is what a member whose data dir was lost writes as its
+// container's termination message; the controller looks for it to mark the
+// pod's Peer as DataLost and replace the member.
+const DataLostMessage = "etcd member data dir lost: the controller must replace this member"
+
 // FormatID writes a member ID the way etcd prints it.
 func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
 

@@ -41,7 +41,7 @@ var (
 	// ErrDataLost: the data dir is empty but the roster lists this member as
 	// one that has run. Rejoining under its old member ID with no log would break
 	// raft's guarantees, so the controller must replace it (etcd.Peer.DataLost).
-	ErrDataLost = errors.New("etcd member data dir lost: the controller must replace this member")
+	ErrDataLost = errors.New(etcd.DataLostMessage)
 )
 
 // Config is one member's configuration.

@@ -1,0 +1,336 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+	"github.com/k3k-io/k3k/pkg/pki"
+)
+
+// The controller half of datastore.type etcd. Each reconcile of an etcd
+// cluster: keep the CA and the member certificate; publish the first roster
+// (member 0 alone, bootstrapping) once, for a cluster that never held data;
+// observe the members; publish the roster from what was observed; add or
+// release the server pods' finalizers; perform at most one membership step
+// (etcd.Plan). The StatefulSet is sized after that (StatefulSetReplicas), so a
+// member is always removed from etcd before its pod is deleted.
+
+// Requeue intervals of an etcd cluster: soon after a membership step, to see
+// its effect; a little later while Plan waits for something; and a periodic
+// health look otherwise (it writes nothing while nothing changed).
+const (
+	etcdRequeueAfterStep = 2 * time.Second
+	etcdRequeueWaiting   = 10 * time.Second
+	etcdRequeueInSync    = 60 * time.Second
+)
+
+// etcdState is what one reconcile saw and did for an etcd cluster.
+type etcdState struct {
+	// tls is the controller's client configuration; nil until the CA and the
+	// member certificate are in place.
+	tls *tls.Config
+	// pkiProblem says why the certificates are not usable (the CA Secret is
+	// unreadable; k3k does not overwrite it).
+	pkiProblem string
+	// rosterProblem says why no roster could be published.
+	rosterProblem string
+	observed      *etcd.Observed
+	action        etcd.Action
+	actionErr     error
+	// held lists the server pods whose deletion waits, with the reason.
+	held []string
+}
+
+// reconcileEtcdPKI keeps the etcd CA (created once, never overwritten) and the
+// member certificate every server pod mounts (issued again only when it is
+// missing, unreadable, not from the CA, names the wrong hosts or is close to
+// expiry; members read the new files on their next TLS handshake).
+func (r *Reconciler) reconcileEtcdPKI(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	if o.settings.Datastore != v1beta1.EtcdDatastore {
+		return ctrl.Result{}, nil
+	}
+	n := NamesFor(c)
+	now := r.now()
+	ca, problem, err := r.etcdCA(ctx, c, now)
+	if err != nil || problem != "" {
+		o.etcd.pkiProblem = problem
+		return ctrl.Result{}, err
+	}
+
+	live := &corev1.Secret{}
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: n.EtcdMember}, live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("getting etcd member Secret: %w", err)
+	}
+	missing := apierrors.IsNotFound(err)
+	pair := pki.KeyPair{CertPEM: live.Data[SecretKeyTLSCert], KeyPEM: live.Data[SecretKeyTLSKey]}
+	spec := EtcdMemberCertSpec(c)
+	if renew := pki.NeedsRenewal(ca, pair, spec.DNSNames, now, pki.DefaultRenewBefore); missing || renew.Renew {
+		if pair, err = pki.Issue(ca, spec, now); err != nil {
+			return ctrl.Result{}, fmt.Errorf("issuing the etcd member certificate: %w", err)
+		}
+		if !missing {
+			log.FromContext(ctx).Info("issuing the etcd member certificate again", "secret", n.EtcdMember, "why", renew.Reason)
+		}
+	}
+	if err := ensure(ctx, r.Client, c, DesiredEtcdMemberSecret(c, ca.CertPEM, pair), func(live, d *corev1.Secret) {
+		live.Data = d.Data
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	o.etcd.tls, err = clientTLS(ca.CertPEM, pair)
+	return ctrl.Result{}, err
+}
+
+// etcdCA returns the cluster's etcd CA, creating it when its Secret does not
+// exist. An unreadable CA is reported, not replaced: it may be the user's.
+func (r *Reconciler) etcdCA(ctx context.Context, c *v1beta1.Cluster, now time.Time) (pki.KeyPair, string, error) {
+	name := NamesFor(c).EtcdCA
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
+	switch {
+	case apierrors.IsNotFound(err):
+		ca, err := pki.NewCA(name, now, 0)
+		if err != nil {
+			return pki.KeyPair{}, "", fmt.Errorf("creating the etcd CA: %w", err)
+		}
+		if err := ensure(ctx, r.Client, c, DesiredEtcdCASecret(c, ca), func(_, _ *corev1.Secret) {}); err != nil {
+			return pki.KeyPair{}, "", err
+		}
+		log.FromContext(ctx).Info("created the etcd CA", "secret", name)
+		return ca, "", nil
+	case err != nil:
+		return pki.KeyPair{}, "", fmt.Errorf("getting etcd CA Secret: %w", err)
+	}
+	ca := pki.KeyPair{CertPEM: s.Data[SecretKeyTLSCert], KeyPEM: s.Data[SecretKeyTLSKey]}
+	if _, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM); err != nil {
+		return pki.KeyPair{}, fmt.Sprintf("Secret %s does not hold a usable CA (%v); k3k does not overwrite it: fix it, or delete it to have a new CA made (every member certificate is then issued again)", name, err), nil
+	}
+	return ca, "", nil
+}
+
+// clientTLS is the controller's etcd client configuration: the member
+// certificate (it has client usage) and the cluster CA as the only root.
+func clientTLS(caPEM []byte, pair pki.KeyPair) (*tls.Config, error) {
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("reading the etcd member certificate: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("reading the etcd CA certificate: no certificate found")
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
+}
+
+// reconcileEtcdRoster publishes the first roster, member 0 alone and
+// bootstrapping, for a cluster that never held data. A missing roster for a
+// cluster that has data is published from observation (reconcileEtcdMembers),
+// never as "new": that could bootstrap a second cluster next to the first.
+func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	if o.settings.Datastore != v1beta1.EtcdDatastore {
+		return ctrl.Result{}, nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).EtcdRoster}, cm)
+	switch {
+	case err == nil:
+		return ctrl.Result{}, nil
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, fmt.Errorf("getting etcd member roster: %w", err)
+	}
+	hasData, err := r.serverHasData(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if hasData {
+		o.etcd.rosterProblem = fmt.Sprintf("ConfigMap %s is missing and the servers already hold data: it is published again once a member answers (members with data start without it)", NamesFor(c).EtcdRoster)
+		return ctrl.Result{}, nil
+	}
+	desired, err := DesiredEtcdRosterConfigMap(c, etcd.InitialRoster(EtcdClusterToken(c), EtcdPeer(c, 0)))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, ensure(ctx, r.Client, c, desired, func(live, d *corev1.ConfigMap) { live.Data = d.Data })
+}
+
+// reconcileEtcdMembers observes the members, publishes the roster, keeps the
+// server pods' finalizers and performs at most one membership step.
+func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	if o.settings.Datastore != v1beta1.EtcdDatastore || o.etcd.tls == nil {
+		return ctrl.Result{}, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing server pods: %w", err)
+	}
+	lost := map[string]bool{}
+	endpoints := map[string]bool{}
+	for i := range pods.Items {
+		if reportsDataLost(&pods.Items[i]) {
+			lost[pods.Items[i].Name] = true
+		}
+	}
+	desired := EtcdDesired(c, o.settings.Servers, lost)
+	var asked []string
+	for _, ep := range desired.Endpoints() {
+		endpoints[ep] = true
+		asked = append(asked, ep)
+	}
+	// Pods above spec.servers (being scaled away) are asked too: with every
+	// desired member down they may be the only ones that answer.
+	for _, p := range pods.Items {
+		if i := ServerOrdinal(c, p.Name); i >= 0 && !endpoints[EtcdPeer(c, i).ClientURL] {
+			asked = append(asked, EtcdPeer(c, i).ClientURL)
+		}
+	}
+
+	cl := etcd.NewClient(etcd.ClientConfig{TLS: o.etcd.tls, DialTimeout: 2 * time.Second, CallTimeout: 2 * time.Second, DialContext: r.EtcdDial})
+	defer cl.Close()
+	observed := etcd.Observe(ctx, cl, asked)
+	o.etcd.observed = &observed
+
+	if roster, ok := etcd.RosterFor(EtcdClusterToken(c), observed, desired); ok {
+		cm, err := DesiredEtcdRosterConfigMap(c, roster)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := ensure(ctx, r.Client, c, cm, func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
+			return ctrl.Result{}, err
+		}
+		o.etcd.rosterProblem = ""
+	}
+
+	for i := range pods.Items {
+		if err := r.keepFinalizer(ctx, c, &pods.Items[i], observed, desired, o); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	o.etcd.action = etcd.Plan(observed, desired)
+	if err := etcd.Execute(ctx, cl, o.etcd.action); err != nil {
+		// etcd said "not yet" or could not be reached for the step: report it
+		// and look again soon; a reconcile error would hide it from the status.
+		o.etcd.actionErr = err
+		log.FromContext(ctx).Info("etcd membership step not done", "action", o.etcd.action.Type, "error", err.Error())
+		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
+	}
+	if o.etcd.action.Type != etcd.ActionNone {
+		log.FromContext(ctx).Info("etcd membership step", "action", o.etcd.action.Type, "reason", o.etcd.action.Reason, "message", o.etcd.action.Message)
+		return ctrl.Result{RequeueAfter: etcdRequeueAfterStep}, nil
+	}
+	if o.etcd.action.Reason != etcd.ReasonInSync || len(o.etcd.held) > 0 {
+		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
+	}
+	return ctrl.Result{RequeueAfter: etcdRequeueInSync}, nil
+}
+
+// keepFinalizer adds the etcd finalizer to a live server pod and removes it
+// from a deleted one once etcd.CanReleasePod allows.
+func (r *Reconciler) keepFinalizer(ctx context.Context, c *v1beta1.Cluster, pod *corev1.Pod, o etcd.Observed, d etcd.Desired, obs *observation) error {
+	i := ServerOrdinal(c, pod.Name)
+	if i < 0 {
+		return nil
+	}
+	if pod.DeletionTimestamp.IsZero() {
+		if controllerutil.ContainsFinalizer(pod, FinalizerEtcdMember) {
+			return nil
+		}
+		return patchFinalizer(ctx, r.Client, pod, true)
+	}
+	if !controllerutil.ContainsFinalizer(pod, FinalizerEtcdMember) {
+		return nil
+	}
+	peer := EtcdPeer(c, i)
+	peer.DataLost = reportsDataLost(pod)
+	ok, reason := etcd.CanReleasePod(o, d, peer)
+	if !ok {
+		obs.etcd.held = append(obs.etcd.held, pod.Name+": "+reason)
+		return nil
+	}
+	log.FromContext(ctx).Info("releasing server pod", "pod", pod.Name, "reason", reason)
+	return patchFinalizer(ctx, r.Client, pod, false)
+}
+
+// releaseEtcdPods drops the etcd finalizer from every server pod of the
+// Cluster named name: the Cluster is being deleted (or is gone), its members
+// go with it, and nothing may hold its pods.
+func (r *Reconciler) releaseEtcdPods(ctx context.Context, namespace, name string) error {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{
+		LabelManagedBy: ManagedByValue, LabelCluster: name, LabelComponent: ComponentServer,
+	}); err != nil {
+		return fmt.Errorf("listing server pods: %w", err)
+	}
+	for i := range pods.Items {
+		if controllerutil.ContainsFinalizer(&pods.Items[i], FinalizerEtcdMember) {
+			if err := patchFinalizer(ctx, r.Client, &pods.Items[i], false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// patchFinalizer adds or removes the etcd finalizer with an optimistic lock,
+// so that other finalizers added meanwhile are never lost.
+func patchFinalizer(ctx context.Context, cl client.Client, pod *corev1.Pod, add bool) error {
+	before := pod.DeepCopy()
+	if add {
+		controllerutil.AddFinalizer(pod, FinalizerEtcdMember)
+	} else {
+		controllerutil.RemoveFinalizer(pod, FinalizerEtcdMember)
+	}
+	err := cl.Patch(ctx, pod, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("updating the finalizers of pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// reportsDataLost reports whether the pod's etcd sidecar last stopped because
+// its data dir was lost (it writes etcd.DataLostMessage as its termination
+// message).
+func reportsDataLost(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name != "datastore" {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
+			if t != nil && strings.Contains(t.Message, etcd.DataLostMessage) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// etcdReplicas is the StatefulSet's size for an etcd cluster.
+func etcdReplicas(c *v1beta1.Cluster, o *observation, current int32) int32 {
+	if o.etcd.observed == nil || !o.etcd.observed.AnyReachable() || len(o.etcd.observed.Members) == 0 {
+		return StatefulSetReplicas(o.settings.Servers, nil, false, current)
+	}
+	return StatefulSetReplicas(o.settings.Servers, memberOrdinals(c, *o.etcd.observed), true, current)
+}
+
+// EtcdDialer opens connections to etcd members; see Reconciler.EtcdDial.
+type EtcdDialer = func(ctx context.Context, addr string) (net.Conn, error)

@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+	"github.com/k3k-io/k3k/pkg/pki"
+)
+
+// The pure half of datastore.type etcd: names, certificates' subjects, the
+// roster ConfigMap and the sidecar. The controller half is etcd.go.
+
+// EtcdPeer is server pod ordinal i as an etcd member: its name is the pod name
+// and its URLs name the pod by DNS under the headless Service, never by IP.
+func EtcdPeer(c *v1beta1.Cluster, i int) etcd.Peer {
+	pod := ServerPodName(c, i)
+	host := ServerPodHost(c, pod)
+	return etcd.Peer{
+		Name:      pod,
+		PeerURL:   fmt.Sprintf("https://%s:%d", host, DatastorePeerPort),
+		ClientURL: fmt.Sprintf("https://%s:%d", host, DatastoreClientPort),
+	}
+}
+
+// EtcdDesired is the membership the controller wants: server pods 0..servers-1.
+// dataLost names the pods whose member reported a lost data dir; they are
+// replaced under the same name.
+func EtcdDesired(c *v1beta1.Cluster, servers int32, dataLost map[string]bool) etcd.Desired {
+	d := etcd.Desired{}
+	for i := range int(servers) {
+		p := EtcdPeer(c, i)
+		p.DataLost = dataLost[p.Name]
+		d.Members = append(d.Members, p)
+	}
+	return d
+}
+
+// ServerOrdinal is the ordinal of server pod name, or -1 when name is not one
+// of c's server pods.
+func ServerOrdinal(c *v1beta1.Cluster, name string) int {
+	rest, ok := strings.CutPrefix(name, NamesFor(c).StatefulSet+"-")
+	if !ok {
+		return -1
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil || i < 0 || strconv.Itoa(i) != rest {
+		return -1
+	}
+	return i
+}
+
+// EtcdMemberDNSNames are the names the shared member certificate carries: every
+// ordinal admission allows, so that scaling up never waits for a certificate.
+// Only DNS names: a member's address changes with every restart.
+func EtcdMemberDNSNames(c *v1beta1.Cluster) []string {
+	names := make([]string, 0, MaxServers)
+	for i := range MaxServers {
+		names = append(names, ServerPodHost(c, ServerPodName(c, i)))
+	}
+	return names
+}
+
+// EtcdMemberCertSpec is the certificate every member serves and dials with; k3s
+// and the controller use it as their etcd client certificate too.
+func EtcdMemberCertSpec(c *v1beta1.Cluster) pki.CertSpec {
+	return pki.MemberSpec(NamesFor(c).StatefulSet, EtcdMemberDNSNames(c)...)
+}
+
+// EtcdClusterToken is etcd's initial cluster token: unique per Cluster object,
+// so members of two virtual clusters (or of a deleted and re-created one) can
+// never join each other.
+func EtcdClusterToken(c *v1beta1.Cluster) string {
+	return "k3k-" + string(c.UID)
+}
+
+// Secret keys of the etcd TLS Secrets (the kubernetes.io/tls layout).
+const (
+	SecretKeyCACert  = "ca.crt"
+	SecretKeyTLSCert = corev1.TLSCertKey
+	SecretKeyTLSKey  = corev1.TLSPrivateKeyKey
+)
+
+// DesiredEtcdCASecret holds the cluster's etcd CA with its key. It is never
+// mounted into a pod: only the controller issues certificates.
+func DesiredEtcdCASecret(c *v1beta1.Cluster, ca pki.KeyPair) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: objectMeta(c, NamesFor(c).EtcdCA),
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{SecretKeyTLSCert: ca.CertPEM, SecretKeyTLSKey: ca.KeyPEM},
+	}
+}
+
+// DesiredEtcdMemberSecret is what every server pod mounts: the CA certificate
+// (without its key) and the member certificate.
+func DesiredEtcdMemberSecret(c *v1beta1.Cluster, caCert []byte, member pki.KeyPair) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: objectMeta(c, NamesFor(c).EtcdMember),
+		Type:       corev1.SecretTypeTLS,
+		Data: map[string][]byte{
+			SecretKeyCACert: caCert, SecretKeyTLSCert: member.CertPEM, SecretKeyTLSKey: member.KeyPEM,
+		},
+	}
+}
+
+// DesiredEtcdRosterConfigMap publishes r for members with an empty data dir.
+func DesiredEtcdRosterConfigMap(c *v1beta1.Cluster, r etcd.Roster) (*corev1.ConfigMap, error) {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encoding etcd member roster: %w", err)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: objectMeta(c, NamesFor(c).EtcdRoster),
+		Data:       map[string]string{ConfigMapKeyRoster: string(raw)},
+	}, nil
+}
+
+// etcdEndpoints are the client URLs k3s is given: every desired member's.
+func etcdEndpoints(c *v1beta1.Cluster, servers int32) string {
+	urls := make([]string, 0, servers)
+	for _, p := range EtcdDesired(c, servers, nil).Members {
+		urls = append(urls, p.ClientURL)
+	}
+	return strings.Join(urls, ",")
+}
+
+// EtcdArgs is the etcd sidecar's command line. The pod name comes from the
+// downward API ($(POD_NAME) is expanded by the kubelet), so one template
+// serves every ordinal.
+func EtcdArgs(c *v1beta1.Cluster) []string {
+	host := "$(POD_NAME)." + NamesFor(c).Headless + "." + c.Namespace + ".svc"
+	return []string{
+		"/usr/local/bin/datastore", "etcd",
+		"--name=$(POD_NAME)",
+		"--data-dir=" + EtcdDataDir + "/data",
+		"--peer-url=https://" + host + ":" + strconv.Itoa(DatastorePeerPort),
+		"--client-url=https://" + host + ":" + strconv.Itoa(DatastoreClientPort),
+		"--members-file=" + EtcdRosterPath,
+		"--ca-file=" + EtcdCAPath,
+		"--cert-file=" + EtcdCertPath,
+		"--key-file=" + EtcdKeyPath,
+		"--health-address=:" + strconv.Itoa(DatastoreHealthPort),
+		"--metrics-address=:" + strconv.Itoa(DatastoreMetricsPort),
+	}
+}
+
+// etcdSidecar is the etcd member as a native sidecar. Its startup probe holds
+// k3s back until the member has joined and votes; a member waiting to be added
+// is alive (liveness) but not ready. It writes its termination message on a
+// lost data dir (etcd.DataLostMessage), which the controller reads.
+func etcdSidecar(c *v1beta1.Cluster, cfg Config) corev1.Container {
+	return corev1.Container{
+		Name:            "datastore",
+		Image:           cfg.DatastoreImage,
+		ImagePullPolicy: cfg.PullPolicy,
+		Command:         EtcdArgs(c),
+		Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
+		}}},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports: []corev1.ContainerPort{
+			{Name: "etcd-client", ContainerPort: DatastoreClientPort, Protocol: corev1.ProtocolTCP},
+			{Name: "etcd-peer", ContainerPort: DatastorePeerPort, Protocol: corev1.ProtocolTCP},
+			{Name: "ds-health", ContainerPort: DatastoreHealthPort, Protocol: corev1.ProtocolTCP},
+			{Name: "ds-metrics", ContainerPort: DatastoreMetricsPort, Protocol: corev1.ProtocolTCP},
+		},
+		// 20 minutes to be added, catch up and be promoted; a restart after
+		// that is harmless (the member re-reads the roster).
+		StartupProbe:             httpProbe("/readyz", DatastoreHealthPort, 2, 600),
+		ReadinessProbe:           httpProbe("/readyz", DatastoreHealthPort, 5, 3),
+		LivenessProbe:            httpProbe("/healthz", DatastoreHealthPort, 10, 6),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		VolumeMounts: []corev1.VolumeMount{
+			mount(DataVolume, EtcdDataDir, false, "etcd"),
+			mount(EtcdTLSVolume, EtcdTLSDir, true, ""),
+			mount(EtcdRosterVolume, EtcdRosterDir, true, ""),
+		},
+		SecurityContext: restrictedContext(true),
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi"),
+		}},
+	}
+}
+
+// etcdVolumes are the member certificate and the roster. The roster is
+// optional: a member with data starts without it (a deleted ConfigMap must not
+// keep a rebooted cluster down).
+func etcdVolumes(c *v1beta1.Cluster) []corev1.Volume {
+	n := NamesFor(c)
+	return []corev1.Volume{
+		{Name: EtcdTLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: n.EtcdMember, DefaultMode: ptr.To[int32](0o400),
+		}}},
+		{Name: EtcdRosterVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: n.EtcdRoster}, Optional: ptr.To(true),
+		}}},
+	}
+}
+
+// StatefulSetReplicas is how many server pods run with the etcd datastore. A
+// member is removed from etcd before its pod goes, so while members with an
+// ordinal at or above spec.servers remain, their pods keep running:
+// scaling down one removal at a time keeps quorum with every remaining pod up.
+// members are the ordinals of the listed members; known is false when no member
+// answered, and then the running count is kept (current).
+func StatefulSetReplicas(servers int32, members []int, known bool, current int32) int32 {
+	n := servers
+	if !known {
+		return max(n, current)
+	}
+	for _, i := range members {
+		n = max(n, int32(i)+1)
+	}
+	return n
+}
+
+// memberOrdinals maps the observed members to server pod ordinals: by name for
+// a member that has started, by peer URL for one that was added but has not.
+func memberOrdinals(c *v1beta1.Cluster, o etcd.Observed) []int {
+	var out []int
+	for _, m := range o.Members {
+		for i := range MaxServers {
+			p := EtcdPeer(c, i)
+			if m.Name == p.Name || (!m.Started() && slices.Contains(m.PeerURLs, p.PeerURL)) {
+				out = append(out, i)
+				break
+			}
+		}
+	}
+	sort.Ints(out)
+	return out
+}

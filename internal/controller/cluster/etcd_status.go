@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+)
+
+// ConditionEtcdMembership says whether the etcd membership matches
+// spec.servers, and otherwise what is being done or what blocks the change
+// (Plan's reason: ScaleUp, WaitingForLearner, QuorumAtRisk, LastMember, ...).
+// EtcdHealthy and EtcdAlarm come from etcd.Conditions.
+const ConditionEtcdMembership = "EtcdMembership"
+
+// Reasons of the etcd parts of the status.
+const (
+	ReasonQuorumHealthy    = "QuorumHealthy"
+	ReasonQuorumLost       = "QuorumLost"
+	ReasonEtcdCAUnusable   = "EtcdCAUnusable"
+	ReasonNotObserved      = "NotObserved"
+	ReasonStepNotDone      = "StepNotDone"
+	ReasonPodsWaitToLeave  = "PodsWaitToLeave"
+	ReasonRosterNotWritten = "RosterNotWritten"
+)
+
+// etcdMembers is the members list of the status, in name order.
+func etcdMembers(o etcd.Observed) []v1beta1.EtcdMemberStatus {
+	out := make([]v1beta1.EtcdMemberStatus, 0, len(o.Members))
+	for _, m := range o.Members {
+		out = append(out, v1beta1.EtcdMemberStatus{
+			Name: m.Name, ID: etcd.FormatID(m.ID), Learner: m.IsLearner,
+			Healthy: o.Healthy(m.ID), Leader: m.ID == o.Leader && o.Leader != 0,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// etcdQuorum counts voters; nil when no member answered.
+func etcdQuorum(o etcd.Observed) *v1beta1.EtcdQuorumStatus {
+	if !o.AnyReachable() || len(o.Members) == 0 {
+		return nil
+	}
+	q := &v1beta1.EtcdQuorumStatus{}
+	for _, m := range o.Members {
+		if m.IsLearner {
+			continue
+		}
+		q.Voters++
+		if o.Healthy(m.ID) {
+			q.HealthyVoters++
+		}
+	}
+	q.Needed = q.Voters/2 + 1
+	return q
+}
+
+// etcdDatastoreCondition is DatastoreReady for etcd: a quorum of voters answers.
+func etcdDatastoreCondition(o observation) condResult {
+	switch {
+	case o.etcd.pkiProblem != "":
+		return condResult{false, ReasonEtcdCAUnusable, o.etcd.pkiProblem}
+	case o.etcd.observed == nil:
+		return condResult{false, ReasonDatastoreStarting, "the etcd members have not been observed yet"}
+	}
+	q := etcdQuorum(*o.etcd.observed)
+	if q == nil {
+		return condResult{false, etcd.ReasonClusterUnreachable, "no etcd member answered"}
+	}
+	msg := fmt.Sprintf("%d/%d voting members healthy, quorum %d", q.HealthyVoters, q.Voters, q.Needed)
+	if q.HealthyVoters >= q.Needed {
+		return condResult{true, ReasonQuorumHealthy, msg}
+	}
+	return condResult{false, ReasonQuorumLost, msg}
+}
+
+// etcdConditions are EtcdHealthy, EtcdAlarm and EtcdMembership.
+func etcdConditions(o observation, generation int64) []metav1.Condition {
+	if o.etcd.observed == nil {
+		reason, msg := ReasonNotObserved, "the etcd members have not been observed yet"
+		if o.etcd.pkiProblem != "" {
+			reason, msg = ReasonEtcdCAUnusable, o.etcd.pkiProblem
+		}
+		return []metav1.Condition{{Type: ConditionEtcdMembership, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: generation}}
+	}
+	conds := etcd.Conditions(*o.etcd.observed, generation)
+	m := metav1.Condition{Type: ConditionEtcdMembership, Status: metav1.ConditionTrue, Reason: o.etcd.action.Reason, Message: o.etcd.action.Message, ObservedGeneration: generation}
+	var notes []string
+	if o.etcd.actionErr != nil {
+		m.Reason = ReasonStepNotDone
+		notes = append(notes, o.etcd.actionErr.Error())
+	}
+	if len(o.etcd.held) > 0 {
+		notes = append(notes, "server pods waiting to leave: "+strings.Join(o.etcd.held, ", "))
+		if m.Reason == etcd.ReasonInSync {
+			m.Reason = ReasonPodsWaitToLeave
+		}
+	}
+	if o.etcd.rosterProblem != "" {
+		notes = append(notes, o.etcd.rosterProblem)
+		if m.Reason == etcd.ReasonInSync {
+			m.Reason = ReasonRosterNotWritten
+		}
+	}
+	if m.Reason != etcd.ReasonInSync {
+		m.Status = metav1.ConditionFalse
+	}
+	if len(notes) > 0 {
+		m.Message = strings.Join(append([]string{m.Message}, notes...), "; ")
+	}
+	return append(conds, m)
+}
