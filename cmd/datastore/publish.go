@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ type publishOptions struct {
 	healthAddress   string
 	clientConfig    string
 	resync          time.Duration
+	identity        string
 }
 
 // newPublishKubeconfigCommand builds `datastore publish-kubeconfig`, the server
@@ -68,6 +70,8 @@ or with --kubeconfig when run outside a pod. /healthz on --health-address answer
 	f.StringVar(&o.healthAddress, "health-address", ":2383", "host:port for /healthz")
 	f.StringVar(&o.clientConfig, "kubeconfig", "", "kubeconfig for the host cluster; default: the pod's ServiceAccount")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often to check the Secrets without a change on disk")
+	f.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"),
+		"this publisher's name, recorded on the Secret; with several servers a Secret another server published stays while it is as good as ours (default $POD_NAME)")
 	for _, name := range []string{"kubeconfig-path", "server-url", "namespace", "secret-name"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -99,6 +103,7 @@ func runPublish(ctx context.Context, o publishOptions, stderr io.Writer) error {
 		TokenPath:       o.tokenPath,
 		TokenSecretName: o.tokenSecretName,
 		Resync:          o.resync,
+		Identity:        o.identity,
 	})
 	if err != nil {
 		return err

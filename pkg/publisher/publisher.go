@@ -3,6 +3,8 @@ package publisher
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -59,7 +61,23 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Now is the clock certificates are checked against. Default time.Now.
 	Now func() time.Time
+
+	// Identity names this publisher: the server pod's name. It is recorded on
+	// the Secret (AnnotationPublishedBy). With several servers (etcd, HA) each
+	// k3s writes a kubeconfig of its own, with its own client certificate; a
+	// Secret published by another server is left alone while it is
+	// as good as ours (see keepPublished), so that the servers do
+	// not take turns rewriting it and every agent reloading. Empty: always keep
+	// the Secret equal to this server's file (the single-server behaviour).
+	Identity string
+	// HandOver is how long before the published client certificate expires
+	// another server's publisher replaces it with its own. Default 30 days.
+	HandOver time.Duration
 }
+
+// AnnotationPublishedBy on the kubeconfig Secret names the publisher (server
+// pod) whose kubeconfig it holds.
+const AnnotationPublishedBy = "k3k.io/published-by"
 
 // State says what the publisher last found on disk.
 type State string
@@ -143,6 +161,9 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.HandOver <= 0 {
+		cfg.HandOver = 30 * 24 * time.Hour
 	}
 	return &Publisher{cfg: cfg}, nil
 }
@@ -300,10 +321,20 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 	if bytes.Equal(secret.Data[kubeconfig.SecretKey], want) {
 		return Result{State: StatePublished}, nil
 	}
+	if by := secret.Annotations[AnnotationPublishedBy]; p.cfg.Identity != "" && by != "" && by != p.cfg.Identity &&
+		keepPublished(secret.Data[kubeconfig.SecretKey], want, p.cfg.Now(), p.cfg.HandOver) {
+		return Result{State: StatePublished, Reason: "published by " + by}, nil
+	}
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}
 	}
 	secret.Data[kubeconfig.SecretKey] = want
+	if p.cfg.Identity != "" {
+		if secret.Annotations == nil {
+			secret.Annotations = map[string]string{}
+		}
+		secret.Annotations[AnnotationPublishedBy] = p.cfg.Identity
+	}
 	// Update carries the resourceVersion just read: a concurrent change makes it
 	// fail with a conflict and the next attempt starts from a fresh read.
 	if _, err := p.cfg.Secrets.Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
@@ -311,6 +342,45 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 			fmt.Errorf("updating secret %s: %w", p.cfg.SecretName, err)
 	}
 	return Result{State: StatePublished, Published: true}, nil
+}
+
+// keepPublished reports whether a kubeconfig another server published stays
+// rather than ours: it has the same server and the same CA bundle (so every
+// server of the cluster accepts its client certificate), and it is either still
+// valid at now+handOver or outlives ours. The second rule means a certificate
+// near expiry is replaced only by one that lasts longer, so two servers can
+// never take turns. A different CA (a rotation) is always replaced.
+func keepPublished(published, ours []byte, now time.Time, handOver time.Duration) bool {
+	have, err := kubeconfig.Parse(published)
+	if err != nil {
+		return false
+	}
+	want, err := kubeconfig.Parse(ours)
+	if err != nil {
+		return false
+	}
+	if have.Server != want.Server || have.TLSServerName != want.TLSServerName || !bytes.Equal(have.CAData, want.CAData) {
+		return false
+	}
+	if have.Validate(now.Add(handOver)) == nil {
+		return true
+	}
+	haveEnd, wantEnd := leafNotAfter(have.CertData), leafNotAfter(want.CertData)
+	return have.Validate(now) == nil && !haveEnd.Before(wantEnd)
+}
+
+// leafNotAfter is the expiry of the first certificate in a PEM bundle (zero
+// when there is none).
+func leafNotAfter(bundle []byte) time.Time {
+	block, _ := pem.Decode(bundle)
+	if block == nil {
+		return time.Time{}
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return time.Time{}
+	}
+	return cert.NotAfter
 }
 
 // syncToken restores the token Secret's value from the server's token file when the

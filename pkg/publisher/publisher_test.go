@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -582,5 +583,81 @@ func TestHealth(t *testing.T) {
 	now.Store(&later)
 	if code, body := status(); code != 503 {
 		t.Errorf("loop stuck for ten minutes: %d %q", code, body)
+	}
+}
+
+// TestServersOfOneClusterDoNotTakeTurns: with several servers (etcd HA) every
+// k3s writes its own kubeconfig, each with its own client certificate from the
+// cluster's CA. The first publisher's Secret stays while it is as good as the
+// others' (same CA and server, valid beyond the hand-over window), so the
+// servers do not rewrite it in turn; when it nears expiry, another server's
+// replaces it, once.
+func TestServersOfOneClusterDoNotTakeTurns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	tn := newTenant(t)
+	start := time.Now()
+	// The test CA lives a day, so the certificates and the hand-over window are
+	// scaled down: server 0's certificate ends after 12 h, server 1's after 20 h,
+	// and a publisher hands over 1 h before expiry.
+	admin := func(user string, life time.Duration) []byte {
+		return k3sKubeconfig(t, testenv.CertSpec{CommonName: user, Organization: []string{"system:masters"}, NotAfter: start.Add(life)})
+	}
+	must(t, os.WriteFile(tn.kubeconfigPath, admin("admin-from-server-0", 12*time.Hour), 0o600))
+	other := filepath.Join(t.TempDir(), "kubeconfig.yaml") // server 1's emptyDir
+	must(t, os.WriteFile(other, admin("admin-from-server-1", 20*time.Hour), 0o600))
+	clock0, clock1 := start, start
+	server0 := tn.publisher(t, func(c *publisher.Config) {
+		c.Identity, c.HandOver, c.Now = "k3k-demo-server-0", time.Hour, func() time.Time { return clock0 }
+	})
+	server1 := tn.publisher(t, func(c *publisher.Config) {
+		c.Identity, c.HandOver, c.Now, c.KubeconfigPath = "k3k-demo-server-1", time.Hour, func() time.Time { return clock1 }, other
+	})
+
+	if res, err := server0.Sync(ctx); err != nil || !res.Published {
+		t.Fatalf("server 0 Sync() = %+v, %v", res, err)
+	}
+	first := tn.secret(t, tn.kubeconfigSecret)
+	if first.Annotations[publisher.AnnotationPublishedBy] != "k3k-demo-server-0" {
+		t.Fatalf("annotations %v, want the publisher named", first.Annotations)
+	}
+	writes := tn.writes.count("")
+	for range 20 {
+		for _, p := range []*publisher.Publisher{server0, server1} {
+			if res, err := p.Sync(ctx); err != nil || res.Published {
+				t.Fatalf("Sync() = %+v, %v: a server rewrote a Secret that serves as well as its own", res, err)
+			}
+		}
+	}
+	if n := tn.writes.count(""); n != writes {
+		t.Fatalf("%d writes over 20 rounds of two servers, want 0: %v", n-writes, tn.writes.all())
+	}
+	if got := tn.secret(t, tn.kubeconfigSecret); got.ResourceVersion != first.ResourceVersion {
+		t.Fatalf("the Secret changed hands without a reason")
+	}
+
+	// 11.5 h later server 0's certificate is inside the hand-over window and
+	// server 1's lasts longer: server 1 takes over, once.
+	clock0, clock1 = start.Add(690*time.Minute), start.Add(690*time.Minute)
+	if res, err := server1.Sync(ctx); err != nil || !res.Published {
+		t.Fatalf("server 1 Sync() near expiry = %+v, %v, want it to take over", res, err)
+	}
+	taken := tn.secret(t, tn.kubeconfigSecret)
+	if taken.Annotations[publisher.AnnotationPublishedBy] != "k3k-demo-server-1" {
+		t.Fatalf("annotations %v after the hand-over", taken.Annotations)
+	}
+	k, err := kubeconfig.Parse(taken.Data[kubeconfig.SecretKey])
+	must(t, err)
+	if user, err := whoami(ctx, virtualClient(t, k.RESTConfig())); err != nil || user != "admin-from-server-1" {
+		t.Fatalf("handed-over credentials reach the virtual apiserver as %q: %v", user, err)
+	}
+	// Server 0, whose own certificate is the one about to expire, leaves it.
+	for range 5 {
+		if res, err := server0.Sync(ctx); err != nil || res.Published {
+			t.Fatalf("server 0 Sync() after the hand-over = %+v, %v", res, err)
+		}
+	}
+	if got := tn.secret(t, tn.kubeconfigSecret); got.ResourceVersion != taken.ResourceVersion {
+		t.Fatalf("server 0 took the Secret back")
 	}
 }

@@ -382,6 +382,7 @@ func PublisherArgs(c *v1beta1.Cluster) []string {
 		"--token-path=" + ServerTokenPath,
 		"--token-secret-name=" + n.Token,
 		"--health-address=:" + strconv.Itoa(PublisherHealthPort),
+		"--identity=$(POD_NAME)",
 	}
 }
 
@@ -493,6 +494,7 @@ func publisherContainer(c *v1beta1.Cluster, cfg Config) corev1.Container {
 		Image:           cfg.DatastoreImage,
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         PublisherArgs(c),
+		Env:             []corev1.EnvVar{podNameEnv()},
 		Ports:           []corev1.ContainerPort{{Name: "pub-health", ContainerPort: PublisherHealthPort, Protocol: corev1.ProtocolTCP}},
 		LivenessProbe:   httpProbe("/healthz", PublisherHealthPort, 10, 6),
 		VolumeMounts: []corev1.VolumeMount{
@@ -504,6 +506,14 @@ func publisherContainer(c *v1beta1.Cluster, cfg Config) corev1.Container {
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
 		}},
 	}
+}
+
+// podNameEnv is POD_NAME from the downward API: a server's identity as an etcd
+// member and as a kubeconfig publisher.
+func podNameEnv() corev1.EnvVar {
+	return corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
+	}}
 }
 
 // ConfigHash fingerprints the generated k3s configuration; it goes on the pod

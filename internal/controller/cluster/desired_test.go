@@ -225,6 +225,7 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 		"--token-path=/var/lib/rancher/k3s/server/token",
 		"--token-secret-name=k3k-demo-token",
 		"--health-address=:2383",
+		"--identity=$(POD_NAME)",
 	}, pod.Containers[1].Command); diff != "" {
 		t.Errorf("publisher command (-want +got):\n%s", diff)
 	}

@@ -163,10 +163,8 @@ func etcdSidecar(c *v1beta1.Cluster, cfg Config) corev1.Container {
 		Image:           cfg.DatastoreImage,
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         EtcdArgs(c),
-		Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
-		}}},
-		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Env:             []corev1.EnvVar{podNameEnv()},
+		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports: []corev1.ContainerPort{
 			{Name: "etcd-client", ContainerPort: DatastoreClientPort, Protocol: corev1.ProtocolTCP},
 			{Name: "etcd-peer", ContainerPort: DatastorePeerPort, Protocol: corev1.ProtocolTCP},
