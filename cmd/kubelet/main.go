@@ -1,0 +1,240 @@
+// Command kubelet is the shared-mode agent of a k3k virtual cluster: it
+// registers as a node of the virtual cluster and runs the pods bound to that
+// node as pods of the cluster's host namespace (see pkg/agent and
+// docs/agent.md).
+//
+// Its virtual cluster credentials are the admin kubeconfig the controller
+// publishes into Secret k3k-<name>-kubeconfig and mounts at --credentials-dir;
+// it waits for them to be valid and follows their changes without restarting.
+// Its host credentials are the pod's ServiceAccount.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/k3k-io/k3k/pkg/agent"
+	"github.com/k3k-io/k3k/pkg/agent/node"
+	"github.com/k3k-io/k3k/pkg/agent/translate"
+	"github.com/k3k-io/k3k/pkg/agentbootstrap"
+)
+
+type options struct {
+	clusterName, clusterUID, hostNamespace string
+	nodeName, nodeIP                       string
+	credentialsDir, healthAddress          string
+	hostKubeconfig                         string
+	clusterDNS, clusterDomain              string
+	kubeletPort                            int32
+	cpu, memory, pods                      string
+	resync                                 time.Duration
+}
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	var o options
+	cmd := &cobra.Command{
+		Use:   "kubelet --cluster-name NAME --host-namespace NS",
+		Short: "Run a k3k virtual cluster's pods on the host cluster",
+		Long: `Register a node in the virtual cluster and run the pods bound to it as pods of
+the host namespace: ConfigMaps, Secrets and ServiceAccount tokens they use are
+copied next to them, their status flows back, deletion works both ways.
+
+/healthz on --health-address answers 200 while the process runs; /readyz answers
+200 while the node's Lease is current and both clusters' caches are synced.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.clusterName, "cluster-name", "", "name of the Cluster (required)")
+	f.StringVar(&o.clusterUID, "cluster-uid", "", "UID of the Cluster; when set, host pods are owned by it")
+	f.StringVar(&o.hostNamespace, "host-namespace", os.Getenv("POD_NAMESPACE"), "host namespace the pods run in (default $POD_NAMESPACE)")
+	f.StringVar(&o.nodeName, "node-name", "", "name of the virtual node (default k3k-<cluster-name>-kubelet)")
+	f.StringVar(&o.nodeIP, "node-ip", os.Getenv("POD_IP"), "address reported for the node (default $POD_IP)")
+	f.StringVar(&o.credentialsDir, "credentials-dir", "/var/lib/k3k/credentials", "where the kubeconfig Secret is mounted")
+	f.StringVar(&o.healthAddress, "health-address", ":10248", "host:port for /healthz and /readyz")
+	f.StringVar(&o.hostKubeconfig, "kubeconfig", "", "kubeconfig for the host cluster; default: the pod's ServiceAccount")
+	f.StringVar(&o.clusterDNS, "cluster-dns", "", "nameserver for ClusterFirst pods; empty keeps the host's DNS")
+	f.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "the virtual cluster's DNS domain")
+	f.Int32Var(&o.kubeletPort, "kubelet-port", 10250, "port of the kubelet API (container logs), advertised in the node status; 0 disables it")
+	f.StringVar(&o.cpu, "capacity-cpu", "8", "CPU capacity the node reports")
+	f.StringVar(&o.memory, "capacity-memory", "32Gi", "memory capacity the node reports")
+	f.StringVar(&o.pods, "capacity-pods", "110", "pod capacity the node reports")
+	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often every pod is reconciled without an event")
+	_ = cmd.MarkFlagRequired("cluster-name")
+	return cmd
+}
+
+// agentConfig turns the flags into the agent's configuration, without the
+// host client.
+func agentConfig(o options) (agent.Config, error) {
+	if o.hostNamespace == "" {
+		return agent.Config{}, errors.New("--host-namespace (or $POD_NAMESPACE) is required")
+	}
+	if o.nodeName == "" {
+		o.nodeName = "k3k-" + o.clusterName + "-kubelet"
+	}
+	capacity := corev1.ResourceList{}
+	for name, value := range map[corev1.ResourceName]string{corev1.ResourceCPU: o.cpu, corev1.ResourceMemory: o.memory, corev1.ResourcePods: o.pods} {
+		q, err := resource.ParseQuantity(value)
+		if err != nil {
+			return agent.Config{}, fmt.Errorf("--capacity-%s: %w", name, err)
+		}
+		capacity[name] = q
+	}
+	cfg := agent.Config{
+		Translate: translate.Config{
+			ClusterName:   o.clusterName,
+			HostNamespace: o.hostNamespace,
+			NodeName:      o.nodeName,
+			ClusterDNS:    o.clusterDNS,
+			ClusterDomain: o.clusterDomain,
+		},
+		Node: node.Config{
+			Name:        o.nodeName,
+			InternalIP:  o.nodeIP,
+			KubeletPort: o.kubeletPort,
+			Capacity:    capacity,
+		},
+		Resync: o.resync,
+	}
+	if o.clusterUID != "" {
+		cfg.Translate.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: o.clusterName, UID: types.UID(o.clusterUID),
+		}}
+	}
+	return cfg, nil
+}
+
+func run(ctx context.Context, o options, stderr io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	log := funcr.New(func(_, args string) {
+		fmt.Fprintf(stderr, "time=%s %s\n", time.Now().Format(time.RFC3339Nano), args)
+	}, funcr.Options{})
+	ctx = logr.NewContext(ctx, log)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	cfg, err := agentConfig(o)
+	if err != nil {
+		return err
+	}
+	hostRest, err := hostConfig(o.hostKubeconfig)
+	if err != nil {
+		return err
+	}
+	if cfg.Host, err = kubernetes.NewForConfig(hostRest); err != nil {
+		return fmt.Errorf("building host cluster client: %w", err)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	loader, err := agentbootstrap.New(agentbootstrap.Config{Dir: o.credentialsDir, OnChange: a.SetCredentials})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.healthAddress)
+	if err != nil {
+		return fmt.Errorf("--health-address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	health := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := health.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "health server stopped")
+		}
+	}()
+	defer func() {
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = health.Shutdown(shutdown)
+	}()
+
+	log.Info("waiting for virtual cluster credentials", "dir", o.credentialsDir)
+	virtual, err := loader.Wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	go func() {
+		if err := loader.Run(ctx); err != nil {
+			log.Error(err, "following credential changes stopped")
+		}
+	}()
+	if o.kubeletPort > 0 {
+		kln, err := net.Listen("tcp", fmt.Sprintf(":%d", o.kubeletPort))
+		if err != nil {
+			return fmt.Errorf("--kubelet-port: %w", err)
+		}
+		go func() {
+			if err := a.ServeKubeletAPI(ctx, kln); err != nil {
+				log.Error(err, "kubelet API stopped")
+			}
+		}()
+	}
+	log.Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace, "node", cfg.Translate.NodeName)
+	return a.Run(ctx, virtual)
+}
+
+// hostConfig is the host cluster client configuration: the pod's
+// ServiceAccount, or a kubeconfig file for tests and debugging.
+func hostConfig(path string) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if path != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading host cluster client configuration: %w", err)
+	}
+	cfg.UserAgent = "k3k-kubelet"
+	// client-go's defaults (5 QPS) would throttle a node running many pods.
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}

@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"fmt"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// The shared-mode agent (cmd/kubelet): pure builders for its Deployment, its
+// identity on the host and its condition. Like desired.go, nothing here touches
+// a client.
+
+// ComponentAgent is the k3k.io/component label value of the agent's pods.
+const ComponentAgent = "agent"
+
+// Paths, ports and names of the agent pod: the contract between these
+// builders and cmd/kubelet.
+const (
+	AgentCredentialsVolume = "credentials"
+	AgentCredentialsDir    = "/var/lib/k3k/credentials"
+	AgentHealthPort        = 10248
+	AgentKubeletPort       = 10250
+	AgentBinary            = "/usr/local/bin/kubelet"
+	// AgentUID is the non-root user the agent runs as: it needs no file it
+	// does not get through a volume.
+	AgentUID = 65532
+)
+
+// Condition and reasons for the agent.
+const (
+	ConditionAgentsReady = "AgentsReady"
+	ReasonAgentsReady    = "AgentsReady"
+	ReasonAgentsStarting = "AgentsStarting"
+)
+
+// AgentName names the agent's Deployment, ServiceAccount, Role and
+// RoleBinding, and the node it registers in the virtual cluster.
+func AgentName(c *v1beta1.Cluster) string { return "k3k-" + c.Name + "-kubelet" }
+
+func agentLabels(c *v1beta1.Cluster) map[string]string {
+	l := commonLabels(c)
+	l[LabelComponent] = ComponentAgent
+	return l
+}
+
+// DesiredAgentServiceAccount is the agent's identity on the host.
+func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: objectMeta(c, AgentName(c))}
+}
+
+// AgentRules are what the agent may do in the cluster's host namespace, and no
+// more. They live in a ClusterRole the Helm chart installs (templates/rbac.yaml,
+// checked against this function by internal/charttest) and are granted in one
+// namespace by the RoleBinding the controller makes: the controller needs only
+// "bind" on that one ClusterRole, never pod creation rights of its own. What
+// RBAC can and cannot express shapes them:
+//
+//   - RBAC has no label selectors. A rule that allows list or watch on Secrets
+//     returns every Secret in the namespace, the cluster token and the admin
+//     kubeconfig included. So the agent gets no get, list or watch on Secrets
+//     at all: it writes its copies blind (create, and unconditional update) and
+//     remembers what it wrote; the host garbage collector removes them through
+//     their owner references to the host pods.
+//   - resourceNames cannot restrict create (the name is not part of the
+//     authorization of a create in general), and the agent's names are derived
+//     from virtual objects, so they cannot be listed in advance anyway.
+//   - update without get can still overwrite any Secret by name. That is an
+//     integrity risk, not a disclosure: an update's response echoes what was
+//     sent. The agent only ever writes names ending in its 10-digit hash, which
+//     no controller-made name does.
+//   - Whoever may create pods in a namespace can mount any Secret of that
+//     namespace into one. No Role can prevent that; the agent only creates
+//     pods whose Secret references are its own translated names, and the real
+//     boundary for a hostile agent is a separate host namespace for workloads
+//     (see docs/agent.md).
+//
+// ConfigMaps get the same treatment as Secrets, so the server's configuration
+// ConfigMap cannot be read through the agent either. Pods: the informer needs
+// get, list and watch; create and delete run workloads; update carries image
+// changes; pods/log answers `kubectl logs` in the virtual cluster. No
+// pods/status (the host kubelet writes it), no pods/exec (it would reach into
+// the server pods of this namespace), no events, no access outside the
+// namespace.
+func AgentRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"create", "update"}},
+	}
+}
+
+// DesiredAgentClusterRole is the ClusterRole holding AgentRules, as the chart
+// installs it; tests and users without the chart create it from here.
+func DesiredAgentClusterRole(name string) *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedByValue}},
+		Rules:      AgentRules(),
+	}
+}
+
+// DesiredAgentRoleBinding grants the agent ClusterRole (clusterRole, the
+// controller's --agent-cluster-role) to DesiredAgentServiceAccount in the
+// cluster's namespace only.
+func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.RoleBinding {
+	name := AgentName(c)
+	return &rbacv1.RoleBinding{
+		ObjectMeta: objectMeta(c, name),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: c.Namespace}},
+	}
+}
+
+// AgentArgs is the agent's command line. The Cluster's UID makes the Cluster
+// the owner of every host pod, so they go with it.
+func AgentArgs(c *v1beta1.Cluster) []string {
+	return []string{
+		AgentBinary,
+		"--cluster-name=" + c.Name,
+		"--cluster-uid=" + string(c.UID),
+		"--host-namespace=" + c.Namespace,
+		"--node-name=" + AgentName(c),
+		"--credentials-dir=" + AgentCredentialsDir,
+		"--health-address=:" + strconv.Itoa(AgentHealthPort),
+		"--kubelet-port=" + strconv.Itoa(AgentKubeletPort),
+	}
+}
+
+// DesiredAgentDeployment runs one agent. One replica with the Recreate
+// strategy: two agents registering the same node would fight over its Lease
+// and over the host pods, so the old one is gone before the new one starts.
+func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
+	n := NamesFor(c)
+	var pullSecrets []corev1.LocalObjectReference
+	for _, name := range cfg.PullSecrets {
+		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: name})
+	}
+	probe := func(path string) *corev1.Probe { return httpProbe(path, AgentHealthPort, 10, 3) }
+	return &appsv1.Deployment{
+		ObjectMeta: objectMeta(c, AgentName(c)),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: agentLabels(c)},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: agentLabels(c)},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:           AgentName(c),
+					AutomountServiceAccountToken: ptr.To(true),
+					EnableServiceLinks:           ptr.To(false),
+					NodeSelector:                 c.Spec.NodeSelector,
+					ImagePullSecrets:             pullSecrets,
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To(int64(AgentUID)),
+						RunAsGroup:     ptr.To(int64(AgentUID)),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:            "kubelet",
+						Image:           cfg.AgentImage,
+						ImagePullPolicy: cfg.PullPolicy,
+						Command:         AgentArgs(c),
+						Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
+						}}},
+						Ports: []corev1.ContainerPort{
+							{Name: "health", ContainerPort: AgentHealthPort, Protocol: corev1.ProtocolTCP},
+							{Name: "kubelet", ContainerPort: AgentKubeletPort, Protocol: corev1.ProtocolTCP},
+						},
+						ReadinessProbe:  probe("/readyz"),
+						LivenessProbe:   probe("/healthz"),
+						SecurityContext: restrictedContext(true),
+						VolumeMounts:    []corev1.VolumeMount{mount(AgentCredentialsVolume, AgentCredentialsDir, true, "")},
+					}},
+					Volumes: []corev1.Volume{{Name: AgentCredentialsVolume, VolumeSource: corev1.VolumeSource{
+						Secret: &corev1.SecretVolumeSource{
+							SecretName: n.Kubeconfig,
+							Items:      []corev1.KeyToPath{{Key: SecretKeyKubeconfig, Path: SecretKeyKubeconfig}},
+						},
+					}}},
+				},
+			},
+		},
+	}
+}
+
+// agentsCondition derives AgentsReady from the agent Deployment as observed
+// (nil when it does not exist). The agent's readiness probe passes only while
+// its node Lease is current and its pod caches of both clusters are synced, so
+// a ready replica means the virtual cluster has a working node.
+func agentsCondition(d *appsv1.Deployment) condResult {
+	if d == nil {
+		return condResult{false, ReasonAgentsStarting, "the agent Deployment does not exist yet"}
+	}
+	current := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas >= 1
+	msg := fmt.Sprintf("%d/1 agents ready", d.Status.ReadyReplicas)
+	if current && d.Status.ReadyReplicas >= 1 {
+		return condResult{true, ReasonAgentsReady, msg}
+	}
+	if !current {
+		msg += ", rollout in progress"
+	}
+	return condResult{false, ReasonAgentsStarting, msg}
+}

@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func TestAgentDeployment(t *testing.T) {
+	c := sampleCluster()
+	c.UID = "cluster-uid"
+	c.Spec.NodeSelector = map[string]string{"pool": "tenants"}
+	d := DesiredAgentDeployment(c, testConfig)
+
+	if d.Name != "k3k-demo-kubelet" || d.Namespace != "tenants" {
+		t.Errorf("name = %s/%s", d.Namespace, d.Name)
+	}
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("want exactly one agent at a time: replicas %d, strategy %s", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	pod := d.Spec.Template.Spec
+	if diff := cmp.Diff(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels); diff != "" {
+		t.Errorf("selector does not match the template (-selector +template):\n%s", diff)
+	}
+	if pod.ServiceAccountName != "k3k-demo-kubelet" || pod.NodeSelector["pool"] != "tenants" {
+		t.Errorf("service account %q, node selector %v", pod.ServiceAccountName, pod.NodeSelector)
+	}
+	if sc := pod.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("agent must run as non-root: %+v", sc)
+	}
+	want := []string{
+		"/usr/local/bin/kubelet", "--cluster-name=demo", "--cluster-uid=cluster-uid", "--host-namespace=tenants",
+		"--node-name=k3k-demo-kubelet", "--credentials-dir=/var/lib/k3k/credentials", "--health-address=:10248", "--kubelet-port=10250",
+	}
+	ctr := pod.Containers[0]
+	if diff := cmp.Diff(want, ctr.Command); diff != "" {
+		t.Errorf("command (-want +got):\n%s", diff)
+	}
+	if ctr.Image != testConfig.AgentImage {
+		t.Errorf("image = %q", ctr.Image)
+	}
+	wantVolume := corev1.Volume{Name: "credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: "k3k-demo-kubeconfig", Items: []corev1.KeyToPath{{Key: "kubeconfig.yaml", Path: "kubeconfig.yaml"}},
+	}}}
+	if diff := cmp.Diff([]corev1.Volume{wantVolume}, pod.Volumes); diff != "" {
+		t.Errorf("volumes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]corev1.VolumeMount{{Name: "credentials", MountPath: "/var/lib/k3k/credentials", ReadOnly: true}}, ctr.VolumeMounts); diff != "" {
+		t.Errorf("mounts (-want +got):\n%s", diff)
+	}
+	if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness probe %+v: AgentsReady depends on it", ctr.ReadinessProbe)
+	}
+}
+
+func TestAgentsCondition(t *testing.T) {
+	cases := []struct {
+		name string
+		d    *appsv1.Deployment
+		want condResult
+	}{
+		{"no Deployment yet", nil, condResult{false, ReasonAgentsStarting, "the agent Deployment does not exist yet"}},
+		{"the agent is not ready", &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Generation: 1},
+			Status:     appsv1.DeploymentStatus{ObservedGeneration: 1, UpdatedReplicas: 1},
+		}, condResult{false, ReasonAgentsStarting, "0/1 agents ready"}},
+		{"a new spec is rolling out", &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Generation: 2},
+			Status:     appsv1.DeploymentStatus{ObservedGeneration: 1, UpdatedReplicas: 1, ReadyReplicas: 1},
+		}, condResult{false, ReasonAgentsStarting, "1/1 agents ready, rollout in progress"}},
+		{"the agent is ready", &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Generation: 2},
+			Status:     appsv1.DeploymentStatus{ObservedGeneration: 2, UpdatedReplicas: 1, ReadyReplicas: 1},
+		}, condResult{true, ReasonAgentsReady, "1/1 agents ready"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := agentsCondition(tc.d); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAgentRoleAgainstTheAPIServer binds the agent's Role in a namespace of the
+// real API server and asks its authorizer what the agent may do: everything
+// the agent needs, nothing that reads the cluster's Secrets or reaches beyond
+// the namespace.
+func TestAgentRoleAgainstTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	role := DesiredAgentClusterRole("k3k-agent-" + ns)
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), role) })
+	for _, obj := range []client.Object{DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name)} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v", obj.GetName(), err)
+		}
+	}
+	n := NamesFor(c)
+	user := "system:serviceaccount:" + ns + ":" + AgentName(c)
+	cases := []struct {
+		name                           string
+		verb, resource, sub, obj, inNS string
+		allowed                        bool
+	}{
+		{"it watches pods", "watch", "pods", "", "", ns, true},
+		{"it creates host pods", "create", "pods", "", "", ns, true},
+		{"it deletes host pods", "delete", "pods", "", "x", ns, true},
+		{"it updates host pod images", "update", "pods", "", "x", ns, true},
+		{"it reads host pod logs for kubectl logs", "get", "pods", "log", "x", ns, true},
+		{"it creates Secret copies", "create", "secrets", "", "", ns, true},
+		{"it updates Secret copies", "update", "secrets", "", "x", ns, true},
+		{"it creates ConfigMap copies", "create", "configmaps", "", "", ns, true},
+		{"it cannot read the token Secret", "get", "secrets", "", n.Token, ns, false},
+		{"it cannot read the kubeconfig Secret", "get", "secrets", "", n.Kubeconfig, ns, false},
+		{"it cannot list Secrets", "list", "secrets", "", "", ns, false},
+		{"it cannot watch Secrets", "watch", "secrets", "", "", ns, false},
+		{"it cannot patch a Secret (a patch response returns the whole object)", "patch", "secrets", "", n.Token, ns, false},
+		{"it cannot delete a Secret (a delete response returns the object)", "delete", "secrets", "", n.Token, ns, false},
+		{"it cannot read the server configuration", "get", "configmaps", "", n.ServerConfig, ns, false},
+		{"it cannot write pod status, the host kubelet's job", "update", "pods", "status", "x", ns, false},
+		{"it cannot exec into the server pod", "create", "pods", "exec", n.StatefulSet + "-0", ns, false},
+		{"it cannot touch another namespace", "list", "pods", "", "", "default", false},
+		{"it cannot change its own permissions", "update", "roles", "", AgentName(c), ns, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			group := ""
+			if tc.resource == "roles" {
+				group = "rbac.authorization.k8s.io"
+			}
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   user,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: tc.inNS, Verb: tc.verb, Group: group, Resource: tc.resource, Subresource: tc.sub, Name: tc.obj,
+				},
+			}}
+			if err := k8s.Create(ctx, sar); err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != tc.allowed {
+				t.Errorf("allowed = %v, want %v (%s)", sar.Status.Allowed, tc.allowed, sar.Status.Reason)
+			}
+		})
+	}
+}

@@ -1,0 +1,270 @@
+// Package agent is the shared-mode agent of a virtual cluster: a virtual
+// kubelet that registers one node in the virtual cluster (package node), runs
+// the pods bound to it as pods of the host namespace (package podsync),
+// translating them with package translate, and answers `kubectl logs` for them
+// (package kubeletapi).
+//
+// It is built from plain client-go informers and work queues rather than
+// github.com/virtual-kubelet/virtual-kubelet. That library fits our Kubernetes
+// version (v1.14.1 requires k8s.io/* v0.37.1), but what it provides is the part
+// that is easy here (a pod informer calling CreatePod/UpdatePod/DeletePod, a
+// node and lease loop) while the hard parts are ours either way: name
+// translation, ConfigMap/Secret/token copies, ownership checks, status mapping.
+// Its controllers are built around one client fixed at construction, so
+// following rotated credentials would mean tearing down and rebuilding its
+// whole node and pod controllers anyway, which is all Agent does; and it would
+// add k8s.io/apiserver, k8s.io/kubelet and k8s.io/component-base to the module
+// and bump every k8s.io module. The kubelet API subset the agent serves
+// (container logs, package kubeletapi) is small enough to write directly; its
+// streaming routes (exec, attach) would be the piece worth reusing.
+//
+// Credentials: the host client is fixed (the pod's ServiceAccount). The
+// virtual cluster's credentials come from the mounted kubeconfig Secret through
+// pkg/agentbootstrap; SetCredentials (wired to its OnChange) stops the node
+// and pod loops and starts them again with new clients. Host pods are never
+// touched by a restart: the loops only act after their caches are complete.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
+	"github.com/k3k-io/k3k/pkg/agent/node"
+	"github.com/k3k-io/k3k/pkg/agent/podsync"
+	"github.com/k3k-io/k3k/pkg/agent/translate"
+)
+
+// Config is everything the agent needs besides the virtual credentials.
+type Config struct {
+	// Translate names the cluster, host namespace and node, and the host
+	// placement of pods.
+	Translate translate.Config
+	// Node describes the virtual node; its Name defaults to Translate.NodeName.
+	Node node.Config
+	// Host is the host cluster client.
+	Host kubernetes.Interface
+	// Resync is how often every pod is reconciled without an event. Default 30s.
+	Resync time.Duration
+	// UserAgent is set on virtual clients. Default "k3k-kubelet".
+	UserAgent string
+	// WrapVirtualTransport, when set, wraps the transport of every virtual
+	// client (instrumentation; the tests count writes with it).
+	WrapVirtualTransport func(http.RoundTripper) http.RoundTripper
+}
+
+// Agent runs one virtual node.
+type Agent struct {
+	cfg   Config
+	tr    *translate.Translator
+	node  *node.Node
+	pods  *podsync.Syncer
+	creds chan *rest.Config
+
+	mu      sync.Mutex
+	virtual kubernetes.Interface // the client of the current credentials
+}
+
+// New checks cfg and builds the parts.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Host == nil {
+		return nil, errors.New("agent: host client is required")
+	}
+	if cfg.Node.Name == "" {
+		cfg.Node.Name = cfg.Translate.NodeName
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "k3k-kubelet"
+	}
+	tr, err := translate.New(cfg.Translate)
+	if err != nil {
+		return nil, err
+	}
+	n, err := node.New(cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := podsync.New(podsync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, tr: tr, node: n, pods: pods, creds: make(chan *rest.Config, 1)}, nil
+}
+
+// SetCredentials hands the agent new virtual credentials; Run switches to them.
+// It never blocks: credentials not yet picked up are replaced.
+func (a *Agent) SetCredentials(cfg *rest.Config) {
+	for {
+		select {
+		case a.creds <- cfg:
+			return
+		default:
+		}
+		select {
+		case <-a.creds:
+		default:
+		}
+	}
+}
+
+// Ready reports whether the node's Lease is current and the pod caches of
+// both clusters are complete.
+func (a *Agent) Ready() error {
+	if err := a.node.Healthy(); err != nil {
+		return err
+	}
+	if !a.pods.Synced() {
+		return errors.New("pod caches have not synced")
+	}
+	return nil
+}
+
+// Reconciled counts the completed passes over one virtual pod (key
+// "namespace/name") since it was first seen.
+func (a *Agent) Reconciled(key string) uint64 { return a.pods.Reconciled(key) }
+
+// Run runs the node and pod loops with initial credentials until ctx ends,
+// restarting them whenever SetCredentials brings new ones.
+func (a *Agent) Run(ctx context.Context, initial *rest.Config) error {
+	log := logr.FromContextOrDiscard(ctx)
+	cur := initial
+	for {
+		rc := rest.CopyConfig(cur)
+		rc.UserAgent = a.cfg.UserAgent
+		if rc.QPS == 0 {
+			// client-go's defaults (5 QPS) would throttle a node running many pods.
+			rc.QPS, rc.Burst = 50, 100
+		}
+		if a.cfg.WrapVirtualTransport != nil {
+			rc.Wrap(a.cfg.WrapVirtualTransport)
+		}
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("building virtual cluster client: %w", err)
+		}
+		a.mu.Lock()
+		a.virtual = client
+		a.mu.Unlock()
+		inner, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { a.node.Run(inner, client) })
+		wg.Go(func() { a.runPods(inner, client) })
+		select {
+		case <-ctx.Done():
+			cancel()
+			wg.Wait()
+			return nil
+		case cur = <-a.creds:
+			log.Info("virtual cluster credentials changed; restarting node and pod loops")
+			cancel()
+			wg.Wait()
+		}
+	}
+}
+
+// runPods keeps the pod loop running; it only stops early on a setup error,
+// which is retried after a pause.
+func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface) {
+	for {
+		err := a.pods.Run(ctx, client)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "pod sync stopped; restarting")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// currentVirtual is the client of the credentials in use, nil before Run.
+func (a *Agent) currentVirtual() kubernetes.Interface {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.virtual
+}
+
+// ServeKubeletAPI serves the kubelet API (container logs) on ln until ctx
+// ends. It first obtains a serving certificate from the virtual cluster,
+// retrying until the cluster issues one; the certificate names the node and
+// its InternalIP, the address the virtual apiserver dials.
+func (a *Agent) ServeKubeletAPI(ctx context.Context, ln net.Listener) error {
+	log := logr.FromContextOrDiscard(ctx)
+	handler, err := kubeletapi.NewHandler(kubeletapi.Config{
+		NodeName: a.cfg.Node.Name, Translator: a.tr, Host: a.cfg.Host, Virtual: a.currentVirtual,
+	})
+	if err != nil {
+		return err
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(a.cfg.Node.InternalIP); ip != nil {
+		ips = append(ips, ip)
+	}
+	var cert *tls.Certificate
+	for cert == nil {
+		if client := a.currentVirtual(); client != nil {
+			attempt, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			cert, err = kubeletapi.ServingCertificate(attempt, client, a.cfg.Node.Name, ips)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				log.Info("no kubelet serving certificate yet; retrying", "error", err.Error())
+			}
+		}
+		if cert == nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+	srv := &http.Server{
+		Handler: handler,
+		// Failed handshakes (scanners, clients without the cluster CA) are
+		// routine; they go to the debug log, not to stderr.
+		ErrorLog:          stdlog.New(logWriter{log.V(1)}, "", 0),
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{*cert},
+			// Verified by the handler against the virtual cluster's client CA,
+			// which can change while the server runs.
+			ClientAuth: tls.RequestClientCert,
+			MinVersion: tls.VersionTLS12,
+		},
+	}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	log.Info("serving the kubelet API", "address", ln.Addr().String())
+	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the kubelet API: %w", err)
+	}
+	return nil
+}
+
+// logWriter turns the HTTP server's log lines into logr messages.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,20 @@
+// Package kubeletapi serves the part of the kubelet API the virtual cluster's
+// apiserver calls on the agent's node: container logs (`kubectl logs`). The
+// request is answered from the host pod's log through the host API.
+//
+// Who may call: the virtual apiserver connects with a client certificate
+// (k3s's kube-apiserver-kubelet-client). The server verifies it against the
+// client CA the virtual apiserver publishes in ConfigMap
+// kube-system/extension-apiserver-authentication, then asks the virtual
+// cluster whether that user may use nodes/proxy on this node
+// (SubjectAccessReview), the checks a kubelet in webhook mode makes.
+//
+// The serving certificate comes from the virtual cluster itself: a
+// CertificateSigningRequest for signer kubernetes.io/kubelet-serving, which the
+// agent approves with its admin credentials and k3s's controller-manager signs
+// with the server CA the apiserver trusts for kubelets.
+//
+// exec, attach and port-forward are not served: forwarding them would need
+// pods/exec on the host namespace, where the cluster's server pods run, and
+// that is a permission the agent should not hold there (see docs/agent.md).
+package kubeletapi

@@ -1,0 +1,214 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+
+	"github.com/k3k-io/k3k/internal/testenv"
+)
+
+// TestAgentServesContainerLogs runs the agent's kubelet API as the virtual
+// apiserver would reach it. The test plays k3s's controller-manager signing
+// kubelet serving certificates with the cluster CA (envtest runs none).
+func TestAgentServesContainerLogs(t *testing.T) {
+	c := ctx(t)
+	signCtx, stopSigning := context.WithCancel(c)
+	defer stopSigning()
+	go signServingCSRs(signCtx)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(c)
+	served := make(chan error, 1)
+	go func() { served <- theAgent.ServeKubeletAPI(serveCtx, ln) }()
+	defer func() {
+		stopServing()
+		if err := <-served; err != nil {
+			t.Errorf("kubelet API: %v", err)
+		}
+	}()
+
+	const ns = "logs"
+	virtualNamespace(t, ns)
+	createVirtual(t, boundPod(ns, "app"))
+	waitHostPod(t, ns, "app")
+
+	// A user of the virtual cluster without nodes/proxy, and the apiserver's
+	// own kubelet client identity, which has it.
+	if _, err := virtAdmin.RbacV1().ClusterRoleBindings().Create(c, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "apiserver-kubelet"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "kube-apiserver-kubelet-client"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apiserverCert := issueClient(t, virtualCA, "kube-apiserver-kubelet-client")
+	nobodyCert := issueClient(t, virtualCA, "nobody")
+	strangerCA, err := testenv.NewCA("stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerCert := issueClient(t, strangerCA, "kube-apiserver-kubelet-client")
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(virtualCA.Cert)
+	get := func(cert *tls.Certificate, path string) (int, string, error) {
+		tc := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+		if cert != nil {
+			tc.Certificates = []tls.Certificate{*cert}
+		}
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 20 * time.Second}
+		resp, err := client.Get("https://" + ln.Addr().String() + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), nil
+	}
+
+	// The server is up once the virtual cluster issued its certificate; the
+	// client verifies it against the cluster CA, as the apiserver does.
+	logsPath := "/containerLogs/" + ns + "/app/main?tailLines=10"
+	var code int
+	var body string
+	eventually(t, "kubelet API serving with a certificate from the cluster CA", func() (err error) {
+		code, body, err = get(apiserverCert, logsPath)
+		return err
+	})
+
+	// The request reached the host API for the right host pod. envtest has no
+	// host kubelet, so an unscheduled host pod has an empty log; a container
+	// the pod does not have is refused by the host, and the agent reports it
+	// under the virtual pod's name.
+	if code != http.StatusOK {
+		t.Errorf("logs of an existing container: %d %q", code, body)
+	}
+	code, body, _ = get(apiserverCert, "/containerLogs/"+ns+"/app/nosuch")
+	if code != http.StatusBadRequest || !strings.Contains(body, "container nosuch is not valid for pod app") || strings.Contains(body, hostPodName(ns, "app")) {
+		t.Errorf("logs of a container the pod does not have: %d %q", code, body)
+	}
+	if code, body, _ := get(apiserverCert, "/containerLogs/"+ns+"/missing/main"); code != http.StatusNotFound {
+		t.Errorf("logs of a pod that does not exist: %d %q", code, body)
+	}
+
+	cases := []struct {
+		name string
+		cert *tls.Certificate
+		path string
+		want int
+	}{
+		{"no client certificate", nil, logsPath, http.StatusUnauthorized},
+		{"a certificate from another CA", strangerCert, logsPath, http.StatusUnauthorized},
+		{"a user without nodes/proxy", nobodyCert, logsPath, http.StatusForbidden},
+		{"exec is refused, not proxied", apiserverCert, "/exec/" + ns + "/app/main?command=sh", http.StatusNotImplemented},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body, err := get(tc.cert, tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.want {
+				t.Errorf("status %d (%q), want %d", code, body, tc.want)
+			}
+		})
+	}
+}
+
+func issueClient(t *testing.T, ca *testenv.CertKey, name string) *tls.Certificate {
+	t.Helper()
+	ck, err := ca.Issue(testenv.CertSpec{CommonName: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(ck.Cert, ck.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pair
+}
+
+// signServingCSRs issues every approved kubelet-serving CSR with the virtual
+// cluster's CA until ctx ends.
+func signServingCSRs(ctx context.Context) {
+	caCerts, err1 := certutil.ParseCertsPEM(virtualCA.Cert)
+	caKey, err2 := keyutil.ParsePrivateKeyPEM(virtualCA.Key)
+	if err := errors.Join(err1, err2); err != nil {
+		panic(err)
+	}
+	for ctx.Err() == nil {
+		list, err := virtAdmin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			for i := range list.Items {
+				req := &list.Items[i]
+				if req.Spec.SignerName != certificatesv1.KubeletServingSignerName || len(req.Status.Certificate) > 0 || !isApproved(req) {
+					continue
+				}
+				if certPEM, err := signCSR(req.Spec.Request, caCerts[0], caKey); err == nil {
+					req.Status.Certificate = certPEM
+					_, _ = virtAdmin.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, req, metav1.UpdateOptions{})
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func isApproved(req *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range req.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func signCSR(csrPEM []byte, ca *x509.Certificate, key any) ([]byte, error) {
+	block, _ := pem.Decode(csrPEM)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: csr.Subject, DNSNames: csr.DNSNames, IPAddresses: csr.IPAddresses,
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, csr.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("signing: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}

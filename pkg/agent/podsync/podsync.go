@@ -1,0 +1,349 @@
+package podsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/k3k-io/k3k/pkg/agent/translate"
+)
+
+// Config is what the Syncer needs besides the virtual credentials.
+type Config struct {
+	// Translator builds host objects; its config names the host namespace and
+	// the virtual node.
+	Translator *translate.Translator
+	// Host is a client for the host cluster, allowed what the agent's Role
+	// allows in the host namespace.
+	Host kubernetes.Interface
+	// Resync is how often every pod is reconciled without an event (status
+	// drift, token refresh). Default 30s.
+	Resync time.Duration
+	// RewriteInterval is how long a written host copy is trusted before it is
+	// written again. Default five minutes.
+	RewriteInterval time.Duration
+	// Workers is how many pods are reconciled at once. Default 2.
+	Workers int
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Syncer runs the virtual node's pods on the host.
+type Syncer struct {
+	cfg Config
+	tr  *translate.Translator
+
+	mu      sync.Mutex
+	written map[string]written // "kind/name" → what was last written
+	tokens  map[string]token   // "identity secret/key" → issued token
+	synced  bool               // caches of the current Run have synced
+	passes  map[string]uint64  // virtual pod key → completed reconciles
+}
+
+type written struct {
+	hash string
+	at   time.Time
+}
+
+type token struct {
+	value     []byte
+	podUID    types.UID
+	refreshAt time.Time
+}
+
+// New checks cfg and fills in defaults.
+func New(cfg Config) (*Syncer, error) {
+	if cfg.Translator == nil || cfg.Host == nil {
+		return nil, errors.New("podsync: translator and host client are required")
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.RewriteInterval <= 0 {
+		cfg.RewriteInterval = 5 * time.Minute
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Syncer{cfg: cfg, tr: cfg.Translator, written: map[string]written{}, tokens: map[string]token{}, passes: map[string]uint64{}}, nil
+}
+
+// Synced reports whether the current Run's caches have synced: the agent is
+// in touch with both API servers.
+func (s *Syncer) Synced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced
+}
+
+// run is one Run's clients, caches and queue.
+type run struct {
+	*Syncer
+	virtual  kubernetes.Interface
+	vPods    corelisters.PodLister
+	vCMs     corelisters.ConfigMapLister
+	vSecrets corelisters.SecretLister
+	hPods    corelisters.PodLister
+	hIndex   cache.Indexer
+	queue    workqueue.TypedRateLimitingInterface[string]
+}
+
+// refsIndex indexes host pods by the host ConfigMaps ("configmap/NAME") and
+// Secrets ("secret/NAME") they use, to find a copy's owners.
+const refsIndex = "refs"
+
+// Run syncs until ctx ends, with virtual as the virtual cluster's client. It
+// returns nil when ctx ends.
+func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
+	log := logr.FromContextOrDiscard(ctx)
+	tc := s.tr.Config()
+	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
+		informers.WithNamespace(tc.HostNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.tr.HostSelector() }))
+	podFactory := informers.NewSharedInformerFactoryWithOptions(virtual, s.cfg.Resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", tc.NodeName).String()
+		}))
+	// ConfigMaps and Secrets change rarely; they are resynced with the pods
+	// that use them, not on their own.
+	objFactory := informers.NewSharedInformerFactory(virtual, 0)
+
+	r := &run{
+		Syncer:  s,
+		virtual: virtual,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "k3k-agent-pods"}),
+	}
+	defer r.queue.ShutDown()
+
+	hostPods := hostFactory.Core().V1().Pods().Informer()
+	if err := hostPods.AddIndexers(cache.Indexers{refsIndex: indexRefs}); err != nil {
+		return fmt.Errorf("indexing host pods: %w", err)
+	}
+	r.hIndex = hostPods.GetIndexer()
+	r.hPods = hostFactory.Core().V1().Pods().Lister()
+	vPods := podFactory.Core().V1().Pods()
+	r.vPods = vPods.Lister()
+	r.vCMs = objFactory.Core().V1().ConfigMaps().Lister()
+	r.vSecrets = objFactory.Core().V1().Secrets().Lister()
+
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{vPods.Informer(), r.handler(r.enqueueVirtual)},
+		{hostPods, r.handler(r.enqueueHost)},
+		{objFactory.Core().V1().ConfigMaps().Informer(), r.handler(r.enqueueUsers(false))},
+		{objFactory.Core().V1().Secrets().Informer(), r.handler(r.enqueueUsers(true))},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return fmt.Errorf("watching: %w", err)
+		}
+	}
+	for _, f := range []informers.SharedInformerFactory{hostFactory, podFactory, objFactory} {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
+	// No worker acts before every cache is complete: an incomplete virtual
+	// cache would look like deleted pods.
+	for _, f := range []informers.SharedInformerFactory{hostFactory, podFactory, objFactory} {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("cache of %v did not sync", typ)
+			}
+		}
+	}
+	s.setSynced(true)
+	defer s.setSynced(false)
+	log.Info("pod sync started")
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(s.cfg.RewriteInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				s.prune()
+			}
+		}
+	})
+	for range s.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r.next(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	r.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// Reconciled counts the completed, error-free passes over one virtual pod
+// (key "namespace/name"). It is forgotten when the pod is gone.
+func (s *Syncer) Reconciled(key string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.passes[key]
+}
+
+// prune drops what is no longer worth remembering: copies written longer ago
+// than RewriteInterval (they are written again on their next pass anyway) and
+// tokens due for refresh, so memory follows the pods that exist.
+func (s *Syncer) prune() {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, w := range s.written {
+		if now.Sub(w.at) >= s.cfg.RewriteInterval {
+			delete(s.written, k)
+		}
+	}
+	for k, t := range s.tokens {
+		if !now.Before(t.refreshAt) {
+			delete(s.tokens, k)
+		}
+	}
+}
+
+func (s *Syncer) setSynced(v bool) {
+	s.mu.Lock()
+	s.synced = v
+	s.mu.Unlock()
+}
+
+func (r *run) handler(enqueue func(obj any)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			enqueue(obj)
+		},
+	}
+}
+
+func (r *run) enqueueVirtual(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		r.queue.Add(p.Namespace + "/" + p.Name)
+	}
+}
+
+func (r *run) enqueueHost(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if k, ok := r.tr.VirtualKeyOf(p); ok && k.Kind == translate.KindPod {
+		r.queue.Add(k.Namespace + "/" + k.Name)
+	}
+}
+
+// enqueueUsers enqueues the pods on this node that use a changed ConfigMap or
+// Secret, so their host copies follow it.
+func (r *run) enqueueUsers(secret bool) func(obj any) {
+	return func(obj any) {
+		m, ok := obj.(metav1.Object)
+		if !ok {
+			return
+		}
+		pods, err := r.vPods.Pods(m.GetNamespace()).List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, p := range pods {
+			refs := translate.PodRefs(&p.Spec)
+			names := refs.ConfigMaps
+			if secret {
+				names = refs.Secrets
+			}
+			if i := sort.SearchStrings(names, m.GetName()); i < len(names) && names[i] == m.GetName() {
+				r.queue.Add(p.Namespace + "/" + p.Name)
+			}
+		}
+	}
+}
+
+// exists reports whether the virtual pod is in the cache, so that counters of
+// pods that are gone are not kept.
+func (r *run) exists(key string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return false
+	}
+	_, err = r.vPods.Pods(ns).Get(name)
+	return err == nil
+}
+
+func indexRefs(obj any) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	refs := translate.PodRefs(&p.Spec)
+	var out []string
+	for _, n := range refs.ConfigMaps {
+		out = append(out, "configmap/"+n)
+	}
+	for _, n := range refs.Secrets {
+		out = append(out, "secret/"+n)
+	}
+	return out, nil
+}
+
+// next reconciles one key; false once the queue is shut down.
+func (r *run) next(ctx context.Context) bool {
+	key, quit := r.queue.Get()
+	if quit {
+		return false
+	}
+	defer r.queue.Done(key)
+	requeue, err := r.reconcile(ctx, key)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			logr.FromContextOrDiscard(ctx).Info("pod sync failed; retrying", "pod", key, "error", err.Error())
+		}
+		r.queue.AddRateLimited(key)
+	case requeue:
+		r.queue.AddRateLimited(key)
+	default:
+		r.queue.Forget(key)
+	}
+	if err == nil && r.exists(key) {
+		r.mu.Lock()
+		r.passes[key]++
+		r.mu.Unlock()
+	}
+	return true
+}

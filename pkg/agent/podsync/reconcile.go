@@ -1,0 +1,386 @@
+package podsync
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/pkg/agent/translate"
+)
+
+// reconcile brings one virtual pod and its host pod in step. requeue asks for
+// another pass soon without an error (a cache that has not caught up yet).
+func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return false, nil
+	}
+	vpod, err := r.vPods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		vpod = nil
+	} else if err != nil {
+		return false, err
+	}
+	hostNS := r.tr.Config().HostNamespace
+	hpod, err := r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, ns, name))
+	if apierrors.IsNotFound(err) {
+		hpod = nil
+	} else if err != nil {
+		return false, err
+	}
+	if hpod != nil {
+		if k, ok := r.tr.VirtualKeyOf(hpod); !ok || k.Namespace != ns || k.Name != name {
+			// The informer selects by our labels; a pod carrying them with
+			// annotations naming something else was not made by this agent.
+			logr.FromContextOrDiscard(ctx).Info("host pod does not belong to this virtual pod; leaving it alone", "pod", key, "hostPod", hpod.Name)
+			return false, nil
+		}
+	}
+
+	switch {
+	case vpod == nil:
+		return r.virtualGone(ctx, ns, name, hpod)
+	case vpod.DeletionTimestamp != nil:
+		return r.virtualDeleting(ctx, vpod, hpod)
+	case hpod != nil && hpod.Annotations[translate.AnnotationUID] != string(vpod.UID):
+		// A new incarnation under the same name (a StatefulSet pod): the old
+		// host pod goes first.
+		return true, r.deleteHost(ctx, hpod, nil)
+	case hpod == nil:
+		return r.create(ctx, vpod)
+	}
+	if err := r.syncCopies(ctx, vpod, hpod); err != nil {
+		return false, err
+	}
+	if err := r.patchImages(ctx, vpod, hpod); err != nil {
+		return false, err
+	}
+	return false, r.mirrorStatus(ctx, vpod, translate.VirtualStatus(vpod, hpod))
+}
+
+// virtualGone deletes the host pod of a virtual pod that no longer exists,
+// once the virtual API server itself says so.
+func (r *run) virtualGone(ctx context.Context, ns, name string, hpod *corev1.Pod) (bool, error) {
+	r.forget(ns, name)
+	if hpod == nil || hpod.DeletionTimestamp != nil {
+		return false, nil
+	}
+	live, err := r.virtual.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil && live.Spec.NodeName == r.tr.Config().NodeName:
+		return true, nil // our cache lags behind
+	case err == nil, apierrors.IsNotFound(err):
+	default:
+		return false, fmt.Errorf("confirming virtual pod is gone: %w", err)
+	}
+	return false, r.deleteHost(ctx, hpod, nil)
+}
+
+// virtualDeleting stops the host pod with the virtual pod's grace period and,
+// once the host pod is gone, completes the virtual deletion as kubelet does.
+func (r *run) virtualDeleting(ctx context.Context, vpod, hpod *corev1.Pod) (bool, error) {
+	if hpod != nil {
+		if hpod.DeletionTimestamp == nil {
+			if err := r.deleteHost(ctx, hpod, vpod.DeletionGracePeriodSeconds); err != nil {
+				return false, err
+			}
+		}
+		// Status keeps flowing while containers stop; the host pod's
+		// disappearance brings the key back.
+		return false, r.mirrorStatus(ctx, vpod, translate.VirtualStatus(vpod, hpod))
+	}
+	err := r.virtual.CoreV1().Pods(vpod.Namespace).Delete(ctx, vpod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To(int64(0)),
+		Preconditions:      &metav1.Preconditions{UID: &vpod.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return false, fmt.Errorf("completing deletion of virtual pod: %w", err)
+	}
+	r.forget(vpod.Namespace, vpod.Name)
+	return false, nil
+}
+
+func (r *run) deleteHost(ctx context.Context, hpod *corev1.Pod, grace *int64) error {
+	err := r.cfg.Host.CoreV1().Pods(hpod.Namespace).Delete(ctx, hpod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: grace,
+		Preconditions:      &metav1.Preconditions{UID: &hpod.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting host pod: %w", err)
+	}
+	return nil
+}
+
+// create makes the host pod for a virtual pod that has none, or fails the
+// virtual pod when it cannot or can no longer run.
+func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
+	if vpod.Status.Phase == corev1.PodSucceeded || vpod.Status.Phase == corev1.PodFailed {
+		return false, nil
+	}
+	if vpod.Status.StartTime != nil || vpod.Status.Phase == corev1.PodRunning {
+		// Only a host pod's status sets these; it ran and is gone.
+		return false, r.mirrorStatus(ctx, vpod, translate.FailedStatus(vpod, translate.ReasonHostPodLost,
+			"the host pod running this pod was deleted"))
+	}
+	hpod, err := r.tr.HostPod(vpod)
+	var unsupported *translate.UnsupportedError
+	if errors.As(err, &unsupported) {
+		return false, r.mirrorStatus(ctx, vpod, translate.FailedStatus(vpod, translate.ReasonUnsupported, unsupported.Error()))
+	}
+	if err != nil {
+		return false, err
+	}
+	created, err := r.cfg.Host.CoreV1().Pods(hpod.Namespace).Create(ctx, hpod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return true, nil // the host cache has not seen it yet
+	}
+	if apierrors.IsInvalid(err) {
+		// The host's validation refuses what the virtual cluster accepted (a
+		// different version or policy); the spec will not change, so retrying
+		// is pointless. Forbidden (quota, admission) is retried: it may pass later.
+		return false, r.mirrorStatus(ctx, vpod, translate.FailedStatus(vpod, translate.ReasonHostRejected, err.Error()))
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating host pod: %w", err)
+	}
+	// The copies are owned by the host pod, so they are written after it; the
+	// host kubelet retries mounting until they exist.
+	if err := r.syncCopies(ctx, vpod, created); err != nil {
+		return false, err
+	}
+	return false, r.mirrorStatus(ctx, vpod, translate.VirtualStatus(vpod, created))
+}
+
+// mirrorStatus writes status onto the virtual pod when it differs.
+func (r *run) mirrorStatus(ctx context.Context, vpod *corev1.Pod, status corev1.PodStatus) error {
+	if equality.Semantic.DeepEqual(vpod.Status, status) {
+		return nil
+	}
+	p := vpod.DeepCopy()
+	p.Status = status
+	_, err := r.virtual.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("updating virtual pod status: %w", err)
+	}
+	return nil
+}
+
+// patchImages carries image changes of the virtual pod to the host pod.
+func (r *run) patchImages(ctx context.Context, vpod, hpod *corev1.Pod) error {
+	diff := translate.ImagePatch(vpod, hpod)
+	if len(diff) == 0 || hpod.DeletionTimestamp != nil {
+		return nil
+	}
+	p := hpod.DeepCopy()
+	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range list {
+			if img, ok := diff[list[i].Name]; ok {
+				list[i].Image = img
+			}
+		}
+	}
+	if _, err := r.cfg.Host.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating host pod images: %w", err)
+	}
+	return nil
+}
+
+// syncCopies writes the host copies of the ConfigMaps and Secrets vpod uses,
+// and its identity Secret. A reference to something that does not exist in the
+// virtual cluster is skipped: the host kubelet then waits for it, as the
+// virtual one would.
+func (r *run) syncCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
+	refs := translate.PodRefs(&vpod.Spec)
+	for _, n := range refs.ConfigMaps {
+		v, err := r.vCMs.ConfigMaps(vpod.Namespace).Get(n)
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		h := r.tr.HostConfigMap(v)
+		h.OwnerReferences = r.owners("configmap/"+h.Name, hpod)
+		if err := r.write(ctx, h); err != nil {
+			return err
+		}
+	}
+	for _, n := range refs.Secrets {
+		v, err := r.vSecrets.Secrets(vpod.Namespace).Get(n)
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		h := r.tr.HostSecret(v)
+		h.OwnerReferences = r.owners("secret/"+h.Name, hpod)
+		if err := r.write(ctx, h); err != nil {
+			return err
+		}
+	}
+	id := translate.PodIdentity(&vpod.Spec)
+	if id.Empty() {
+		return nil
+	}
+	tokens, err := r.issueTokens(ctx, vpod, id)
+	if err != nil {
+		return err
+	}
+	h, err := r.tr.HostIdentitySecret(vpod, id, tokens)
+	if err != nil {
+		return err
+	}
+	h.OwnerReferences = []metav1.OwnerReference{podOwner(hpod)}
+	return r.write(ctx, h)
+}
+
+// owners are the host pods using a host copy: every host pod the index lists
+// for it, plus hpod, which the cache may not hold yet.
+func (r *run) owners(ref string, hpod *corev1.Pod) []metav1.OwnerReference {
+	byName := map[string]metav1.OwnerReference{hpod.Name: podOwner(hpod)}
+	objs, _ := r.hIndex.ByIndex(refsIndex, ref)
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			byName[p.Name] = podOwner(p)
+		}
+	}
+	out := make([]metav1.OwnerReference, 0, len(byName))
+	for _, o := range byName {
+		out = append(out, o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func podOwner(p *corev1.Pod) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}
+}
+
+// issueTokens returns the ServiceAccount tokens id needs, requesting new ones
+// from the virtual cluster when there is none for this pod or it is due for
+// refresh (80% of its lifetime, as kubelet does).
+func (r *run) issueTokens(ctx context.Context, vpod *corev1.Pod, id translate.Identity) (map[string][]byte, error) {
+	secret := r.tr.HostName(translate.KindPodIdentity, vpod.Namespace, vpod.Name)
+	now := r.cfg.Now()
+	out := map[string][]byte{}
+	for key, spec := range id.Tokens {
+		cacheKey := secret + "/" + key
+		r.mu.Lock()
+		t, ok := r.tokens[cacheKey]
+		r.mu.Unlock()
+		if ok && t.podUID == vpod.UID && now.Before(t.refreshAt) {
+			out[key] = t.value
+			continue
+		}
+		sa := vpod.Spec.ServiceAccountName
+		if sa == "" {
+			sa = "default"
+		}
+		req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To(spec.ExpirationSeconds),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: vpod.Name, UID: vpod.UID},
+		}}
+		if spec.Audience != "" {
+			req.Spec.Audiences = []string{spec.Audience}
+		}
+		resp, err := r.virtual.CoreV1().ServiceAccounts(vpod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("requesting a token for service account %s/%s: %w", vpod.Namespace, sa, err)
+		}
+		lifetime := resp.Status.ExpirationTimestamp.Sub(now)
+		t = token{value: []byte(resp.Status.Token), podUID: vpod.UID, refreshAt: now.Add(lifetime * 8 / 10)}
+		r.mu.Lock()
+		r.tokens[cacheKey] = t
+		r.mu.Unlock()
+		out[key] = t.value
+	}
+	return out, nil
+}
+
+// forget drops what the Syncer remembers about a pod that is gone.
+func (r *run) forget(ns, name string) {
+	secret := r.tr.HostName(translate.KindPodIdentity, ns, name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.passes, ns+"/"+name)
+	delete(r.written, "secret/"+secret)
+	for k := range r.tokens {
+		if strings.HasPrefix(k, secret+"/") {
+			delete(r.tokens, k)
+		}
+	}
+}
+
+// write creates or replaces a host ConfigMap or Secret unless the same content
+// was written within RewriteInterval. The update is unconditional (no
+// resourceVersion): the agent may not read Secrets, so it cannot know the
+// current version, and the object is entirely its own.
+func (r *run) write(ctx context.Context, obj any) error {
+	var kind, name string
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		kind, name = "configmap", o.Name
+	case *corev1.Secret:
+		kind, name = "secret", o.Name
+	default:
+		return fmt.Errorf("cannot write %T", obj)
+	}
+	h, err := hashOf(obj)
+	if err != nil {
+		return err
+	}
+	key := kind + "/" + name
+	now := r.cfg.Now()
+	r.mu.Lock()
+	w, ok := r.written[key]
+	r.mu.Unlock()
+	if ok && w.hash == h && now.Sub(w.at) < r.cfg.RewriteInterval {
+		return nil
+	}
+	ns := r.tr.Config().HostNamespace
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		c := r.cfg.Host.CoreV1().ConfigMaps(ns)
+		if _, err = c.Update(ctx, o, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, o, metav1.CreateOptions{})
+		}
+	case *corev1.Secret:
+		c := r.cfg.Host.CoreV1().Secrets(ns)
+		if _, err = c.Update(ctx, o, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, o, metav1.CreateOptions{})
+		}
+	}
+	if apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("writing host %s %s: created concurrently, retrying", kind, name)
+	}
+	if err != nil {
+		return fmt.Errorf("writing host %s %s: %w", kind, name, err)
+	}
+	r.mu.Lock()
+	r.written[key] = written{hash: h, at: now}
+	r.mu.Unlock()
+	return nil
+}
+
+// hashOf fingerprints what is written, owner references included.
+func hashOf(obj any) (string, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return "", fmt.Errorf("hashing: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}

@@ -1,0 +1,164 @@
+package translate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels and annotations on every host object the agent makes. The managed-by
+// value differs from the controller's ("k3k") on purpose: the controller's cache
+// selects its own objects by that label and must not fill up with workload pods.
+const (
+	LabelManagedBy        = "app.kubernetes.io/managed-by"
+	ManagedByValue        = "k3k-kubelet"
+	LabelCluster          = "k3k.io/cluster"
+	LabelVirtualNamespace = "k3k.io/virtual-namespace"
+
+	AnnotationKind      = "k3k.io/virtual-kind"
+	AnnotationName      = "k3k.io/virtual-name"
+	AnnotationNamespace = "k3k.io/virtual-namespace"
+	AnnotationUID       = "k3k.io/virtual-uid"
+)
+
+// Kind says what a host object stands for. It is part of the name hash, so a
+// pod's identity Secret never collides with a user Secret of the same name.
+type Kind string
+
+// The kinds of host objects.
+const (
+	KindPod         Kind = "pod"
+	KindConfigMap   Kind = "configmap"
+	KindSecret      Kind = "secret"
+	KindPodIdentity Kind = "pod-identity"
+)
+
+// maxNameLength keeps host names valid as DNS labels and label values.
+const maxNameLength = 63
+
+// hashLength is how many hex digits of the hash end a host name: 40 bits, so
+// that even a namespace with a million synced objects of one kind has a
+// collision chance below one in a million.
+const hashLength = 10
+
+// Config is what the translation depends on besides the virtual objects.
+type Config struct {
+	// ClusterName is the virtual cluster's name (the Cluster object's name).
+	ClusterName string
+	// HostNamespace is where host objects are made.
+	HostNamespace string
+	// NodeName is the virtual node the agent registers; downward API
+	// spec.nodeName resolves to it.
+	NodeName string
+	// ClusterDNS, when set, is the nameserver pods with dnsPolicy ClusterFirst
+	// use (the virtual cluster's DNS Service as reachable from the host). When
+	// empty, pods keep the host's DNS.
+	ClusterDNS string
+	// ClusterDomain is the virtual cluster's DNS domain. Default cluster.local.
+	ClusterDomain string
+	// HostNodeSelector and HostTolerations place host pods on host nodes.
+	HostNodeSelector map[string]string
+	HostTolerations  []corev1.Toleration
+	// OwnerReferences are set on every host pod, typically the Cluster, so the
+	// host's garbage collector removes the workloads with the cluster.
+	OwnerReferences []metav1.OwnerReference
+}
+
+// Translator holds a checked Config.
+type Translator struct {
+	cfg Config
+}
+
+// New checks cfg and fills in defaults.
+func New(cfg Config) (*Translator, error) {
+	if cfg.ClusterName == "" || cfg.HostNamespace == "" || cfg.NodeName == "" {
+		return nil, errors.New("translate: cluster name, host namespace and node name are required")
+	}
+	if cfg.ClusterDomain == "" {
+		cfg.ClusterDomain = "cluster.local"
+	}
+	return &Translator{cfg: cfg}, nil
+}
+
+// Config returns the configuration in effect.
+func (t *Translator) Config() Config { return t.cfg }
+
+// HostName is the host name of the virtual object (kind, namespace, name).
+func (t *Translator) HostName(kind Kind, namespace, name string) string {
+	sum := sha256.Sum256([]byte(t.cfg.ClusterName + "\x00" + string(kind) + "\x00" + namespace + "\x00" + name))
+	suffix := hex.EncodeToString(sum[:])[:hashLength]
+	prefix := sanitize(name + "-" + namespace)
+	if room := maxNameLength - 1 - hashLength; len(prefix) > room {
+		prefix = strings.TrimRight(prefix[:room], "-")
+	}
+	if prefix == "" {
+		return suffix
+	}
+	return prefix + "-" + suffix
+}
+
+// sanitize lowercases s and replaces every character that may not appear in a
+// DNS label by '-', then trims dashes at both ends.
+func sanitize(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			b[i] = '-'
+		}
+	}
+	return strings.Trim(string(b), "-")
+}
+
+// hostMeta is the metadata every host object carries.
+func (t *Translator) hostMeta(kind Kind, namespace, name string, uid string) metav1.ObjectMeta {
+	ann := map[string]string{
+		AnnotationKind:      string(kind),
+		AnnotationNamespace: namespace,
+		AnnotationName:      name,
+	}
+	if uid != "" {
+		ann[AnnotationUID] = uid
+	}
+	return metav1.ObjectMeta{
+		Name:      t.HostName(kind, namespace, name),
+		Namespace: t.cfg.HostNamespace,
+		Labels: map[string]string{
+			LabelManagedBy:        ManagedByValue,
+			LabelCluster:          t.cfg.ClusterName,
+			LabelVirtualNamespace: namespace,
+		},
+		Annotations: ann,
+	}
+}
+
+// HostSelector selects the host objects of this cluster's agent.
+func (t *Translator) HostSelector() string {
+	return LabelManagedBy + "=" + ManagedByValue + "," + LabelCluster + "=" + t.cfg.ClusterName
+}
+
+// VirtualKey says which virtual object a host object stands for.
+type VirtualKey struct {
+	Kind            Kind
+	Namespace, Name string
+	UID             string
+}
+
+// VirtualKeyOf reads the virtual identity of a host object made by this
+// cluster's agent; ok is false for anything else, including another cluster's
+// objects and objects whose name does not match their annotations (a host name
+// the agent did not derive).
+func (t *Translator) VirtualKeyOf(obj metav1.Object) (VirtualKey, bool) {
+	l, a := obj.GetLabels(), obj.GetAnnotations()
+	if l[LabelManagedBy] != ManagedByValue || l[LabelCluster] != t.cfg.ClusterName {
+		return VirtualKey{}, false
+	}
+	k := VirtualKey{Kind: Kind(a[AnnotationKind]), Namespace: a[AnnotationNamespace], Name: a[AnnotationName], UID: a[AnnotationUID]}
+	if k.Kind == "" || k.Name == "" || obj.GetName() != t.HostName(k.Kind, k.Namespace, k.Name) {
+		return VirtualKey{}, false
+	}
+	return k, true
+}

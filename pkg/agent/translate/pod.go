@@ -1,0 +1,311 @@
+package translate
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+// UnsupportedError says why a virtual pod cannot run on the host. The agent
+// reports it on the virtual pod (phase Failed, reason UnsupportedPod) rather than
+// retrying: the pod's spec will not change.
+type UnsupportedError struct {
+	Reasons []string
+}
+
+func (e *UnsupportedError) Error() string {
+	return "pod uses features the shared-mode agent does not support: " + strings.Join(e.Reasons, "; ")
+}
+
+// HostPod builds the host pod that runs vpod. It returns an *UnsupportedError
+// for pods that must not or cannot run on the host.
+func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
+	if reasons := unsupported(&vpod.Spec); len(reasons) > 0 {
+		return nil, &UnsupportedError{Reasons: reasons}
+	}
+	ns := vpod.Namespace
+	spec := *vpod.Spec.DeepCopy()
+	rename := func(kind Kind, name string) string { return t.HostName(kind, ns, name) }
+	identity := t.HostName(KindPodIdentity, ns, vpod.Name)
+
+	// Placement: the virtual scheduler already chose this node; where the host
+	// pod runs is the host's decision, within the agent's configured placement.
+	spec.NodeName = ""
+	spec.NodeSelector = copyMap(t.cfg.HostNodeSelector)
+	spec.Tolerations = append([]corev1.Toleration(nil), t.cfg.HostTolerations...)
+	spec.Affinity = nil
+	spec.TopologySpreadConstraints = nil
+	spec.SchedulerName = ""
+	spec.PriorityClassName = ""
+	spec.Priority = nil
+	spec.PreemptionPolicy = nil
+	spec.SchedulingGates = nil
+	// Readiness gates name conditions only the virtual cluster's controllers set;
+	// the virtual pod's Ready condition mirrors the host's.
+	spec.ReadinessGates = nil
+	// RuntimeClass admission on the host computes the overhead again.
+	spec.Overhead = nil
+	spec.EphemeralContainers = nil
+
+	// Identity: the host pod gets no host credentials; its virtual
+	// ServiceAccount token comes through the identity Secret.
+	spec.ServiceAccountName = ""
+	spec.DeprecatedServiceAccount = ""
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	// Host Service environment variables describe the host, not the virtual
+	// cluster.
+	spec.EnableServiceLinks = ptr.To(false)
+	if spec.Hostname == "" {
+		spec.Hostname = hostnameFor(vpod.Name)
+	}
+	// A subdomain names a virtual headless Service the host does not have.
+	spec.Subdomain = ""
+	spec.SetHostnameAsFQDN = nil
+	t.rewriteDNS(&spec, ns)
+
+	for i := range spec.ImagePullSecrets {
+		spec.ImagePullSecrets[i].Name = rename(KindSecret, spec.ImagePullSecrets[i].Name)
+	}
+	for i := range spec.Volumes {
+		t.rewriteVolume(&spec.Volumes[i], rename, identity)
+	}
+	var envErr error
+	forEachContainer(&spec, func(c *corev1.Container) {
+		if err := t.rewriteEnv(c, vpod, rename); err != nil && envErr == nil {
+			envErr = err
+		}
+	})
+	if envErr != nil {
+		return nil, &UnsupportedError{Reasons: []string{envErr.Error()}}
+	}
+
+	meta := t.hostMeta(KindPod, ns, vpod.Name, string(vpod.UID))
+	meta.OwnerReferences = append(meta.OwnerReferences, t.cfg.OwnerReferences...)
+	return &corev1.Pod{ObjectMeta: meta, Spec: spec}, nil
+}
+
+// unsupported lists what in spec the agent refuses. Host namespaces, hostPath,
+// host ports and privileged containers would hand a tenant the host node; the
+// others need host objects the agent does not sync.
+func unsupported(spec *corev1.PodSpec) []string {
+	var r []string
+	if spec.HostNetwork {
+		r = append(r, "hostNetwork")
+	}
+	if spec.HostPID {
+		r = append(r, "hostPID")
+	}
+	if spec.HostIPC {
+		r = append(r, "hostIPC")
+	}
+	if len(spec.ResourceClaims) > 0 {
+		r = append(r, "resourceClaims")
+	}
+	for _, v := range spec.Volumes {
+		switch {
+		case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Ephemeral != nil, v.Image != nil:
+		case v.Projected != nil:
+			for _, s := range v.Projected.Sources {
+				if s.ClusterTrustBundle != nil || s.PodCertificate != nil {
+					r = append(r, fmt.Sprintf("volume %q: clusterTrustBundle and podCertificate projections", v.Name))
+				}
+			}
+		case v.PersistentVolumeClaim != nil:
+			r = append(r, fmt.Sprintf("volume %q: persistentVolumeClaim", v.Name))
+		case v.HostPath != nil:
+			r = append(r, fmt.Sprintf("volume %q: hostPath", v.Name))
+		default:
+			r = append(r, fmt.Sprintf("volume %q: only emptyDir, configMap, secret, downwardAPI, projected, ephemeral and image volumes are supported", v.Name))
+		}
+	}
+	forEachContainer(spec, func(c *corev1.Container) {
+		if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+			r = append(r, fmt.Sprintf("container %q: privileged", c.Name))
+		}
+		for _, p := range c.Ports {
+			if p.HostPort != 0 {
+				r = append(r, fmt.Sprintf("container %q: hostPort %d", c.Name, p.HostPort))
+			}
+		}
+	})
+	return r
+}
+
+// rewriteVolume renames ConfigMap and Secret references and turns downward API
+// field references and ServiceAccount tokens into projections of the identity
+// Secret.
+func (t *Translator) rewriteVolume(v *corev1.Volume, rename func(Kind, string) string, identity string) {
+	switch {
+	case v.ConfigMap != nil:
+		v.ConfigMap.Name = rename(KindConfigMap, v.ConfigMap.Name)
+	case v.Secret != nil:
+		v.Secret.SecretName = rename(KindSecret, v.Secret.SecretName)
+	case v.DownwardAPI != nil:
+		d := v.DownwardAPI
+		if !hasFieldRef(d.Items) {
+			return
+		}
+		v.DownwardAPI = nil
+		v.Projected = &corev1.ProjectedVolumeSource{
+			DefaultMode: d.DefaultMode,
+			Sources:     splitDownward(d.Items, identity),
+		}
+	case v.Projected != nil:
+		var sources []corev1.VolumeProjection
+		for _, s := range v.Projected.Sources {
+			switch {
+			case s.ConfigMap != nil:
+				s.ConfigMap.Name = rename(KindConfigMap, s.ConfigMap.Name)
+				sources = append(sources, s)
+			case s.Secret != nil:
+				s.Secret.Name = rename(KindSecret, s.Secret.Name)
+				sources = append(sources, s)
+			case s.DownwardAPI != nil:
+				sources = append(sources, splitDownward(s.DownwardAPI.Items, identity)...)
+			case s.ServiceAccountToken != nil:
+				sources = append(sources, corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+					LocalObjectReference: corev1.LocalObjectReference{Name: identity},
+					Items:                []corev1.KeyToPath{{Key: tokenKey(tokenSpec(s.ServiceAccountToken)), Path: s.ServiceAccountToken.Path}},
+				}})
+			default:
+				sources = append(sources, s)
+			}
+		}
+		v.Projected.Sources = sources
+	}
+}
+
+func hasFieldRef(items []corev1.DownwardAPIVolumeFile) bool {
+	for _, it := range items {
+		if it.FieldRef != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// splitDownward keeps resource field items as a downward API projection (the
+// host's values are the virtual pod's: same containers, same resources) and
+// turns field items into items of the identity Secret.
+func splitDownward(items []corev1.DownwardAPIVolumeFile, identity string) []corev1.VolumeProjection {
+	var resources []corev1.DownwardAPIVolumeFile
+	var fields []corev1.KeyToPath
+	for _, it := range items {
+		if it.FieldRef != nil {
+			fields = append(fields, corev1.KeyToPath{Key: fieldKey(it.FieldRef.FieldPath), Path: it.Path, Mode: it.Mode})
+		} else {
+			resources = append(resources, it)
+		}
+	}
+	var out []corev1.VolumeProjection
+	if len(resources) > 0 {
+		out = append(out, corev1.VolumeProjection{DownwardAPI: &corev1.DownwardAPIProjection{Items: resources}})
+	}
+	if len(fields) > 0 {
+		out = append(out, corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: identity},
+			Items:                fields,
+		}})
+	}
+	return out
+}
+
+// rewriteEnv renames ConfigMap and Secret references and resolves field
+// references that would read the host pod's metadata to the virtual pod's
+// values. Status fields (pod and host IPs) stay references: the host values are
+// the ones the virtual pod reports.
+func (t *Translator) rewriteEnv(c *corev1.Container, vpod *corev1.Pod, rename func(Kind, string) string) error {
+	for i := range c.EnvFrom {
+		e := &c.EnvFrom[i]
+		if e.ConfigMapRef != nil {
+			e.ConfigMapRef.Name = rename(KindConfigMap, e.ConfigMapRef.Name)
+		}
+		if e.SecretRef != nil {
+			e.SecretRef.Name = rename(KindSecret, e.SecretRef.Name)
+		}
+	}
+	for i := range c.Env {
+		e := &c.Env[i]
+		vf := e.ValueFrom
+		switch {
+		case vf == nil:
+		case vf.ConfigMapKeyRef != nil:
+			vf.ConfigMapKeyRef.Name = rename(KindConfigMap, vf.ConfigMapKeyRef.Name)
+		case vf.SecretKeyRef != nil:
+			vf.SecretKeyRef.Name = rename(KindSecret, vf.SecretKeyRef.Name)
+		case vf.FieldRef != nil && !strings.HasPrefix(vf.FieldRef.FieldPath, "status."):
+			v, err := t.FieldValue(vpod, vf.FieldRef.FieldPath)
+			if err != nil {
+				return fmt.Errorf("container %q env %q: %w", c.Name, e.Name, err)
+			}
+			e.Value, e.ValueFrom = v, nil
+		}
+	}
+	return nil
+}
+
+// rewriteDNS points ClusterFirst pods at the virtual cluster's DNS when one is
+// configured, with the search path the virtual kubelet would have written.
+func (t *Translator) rewriteDNS(spec *corev1.PodSpec, namespace string) {
+	if t.cfg.ClusterDNS == "" {
+		return
+	}
+	switch spec.DNSPolicy {
+	case "", corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet:
+	default:
+		return
+	}
+	d := t.cfg.ClusterDomain
+	cfg := &corev1.PodDNSConfig{
+		Nameservers: []string{t.cfg.ClusterDNS},
+		Searches:    []string{namespace + ".svc." + d, "svc." + d, d},
+		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("5")}},
+	}
+	if user := spec.DNSConfig; user != nil {
+		cfg.Nameservers = append(cfg.Nameservers, user.Nameservers...)
+		cfg.Searches = append(cfg.Searches, user.Searches...)
+		cfg.Options = append(cfg.Options, user.Options...)
+	}
+	spec.DNSPolicy = corev1.DNSNone
+	spec.DNSConfig = cfg
+}
+
+// hostnameFor makes a pod name usable as a hostname (a DNS label), as kubelet
+// does by truncating.
+func hostnameFor(name string) string {
+	h := sanitize(name)
+	if len(h) > maxNameLength {
+		h = strings.TrimRight(h[:maxNameLength], "-")
+	}
+	return h
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// ImagePatch returns the container images of vpod that differ from host's, by
+// container name. Images are the one part of a running pod's spec users change
+// in place; the agent patches them onto the host pod.
+func ImagePatch(vpod, host *corev1.Pod) map[string]string {
+	want := map[string]string{}
+	for _, c := range append(append([]corev1.Container(nil), vpod.Spec.InitContainers...), vpod.Spec.Containers...) {
+		want[c.Name] = c.Image
+	}
+	diff := map[string]string{}
+	for _, c := range append(append([]corev1.Container(nil), host.Spec.InitContainers...), host.Spec.Containers...) {
+		if img, ok := want[c.Name]; ok && img != c.Image {
+			diff[c.Name] = img
+		}
+	}
+	return diff
+}

@@ -1,0 +1,463 @@
+package translate
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+)
+
+func newTranslator(t *testing.T, mutate ...func(*Config)) *Translator {
+	t.Helper()
+	cfg := Config{ClusterName: "c1", HostNamespace: "tenant", NodeName: "k3k-c1-kubelet"}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	tr, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+var hashSuffix = regexp.MustCompile(`-[0-9a-f]{10}$`)
+
+func TestHostName(t *testing.T) {
+	tr := newTranslator(t)
+	other := newTranslator(t, func(c *Config) { c.ClusterName = "c2" })
+	long := strings.Repeat("a", 253)
+	cases := []struct {
+		name      string
+		a, b      string
+		sameAsB   bool
+		wantStart string
+	}{
+		{"a plain name keeps name and namespace readable", tr.HostName(KindPod, "default", "web"), "", false, "web-default-"},
+		{"the same virtual object always gets the same name", tr.HostName(KindPod, "default", "web"), tr.HostName(KindPod, "default", "web"), true, "web-default-"},
+		{"names that sanitize alike still differ", tr.HostName(KindPod, "default", "a.b"), tr.HostName(KindPod, "default", "a-b"), false, "a-b-default-"},
+		{"namespace and name boundaries cannot be shifted", tr.HostName(KindPod, "b-c", "a"), tr.HostName(KindPod, "c", "a-b"), false, "a-b-c-"},
+		{"a pod's identity Secret differs from a user Secret of the same name", tr.HostName(KindPodIdentity, "default", "web"), tr.HostName(KindSecret, "default", "web"), false, "web-default-"},
+		{"two clusters sharing a namespace get different names", tr.HostName(KindPod, "default", "web"), other.HostName(KindPod, "default", "web"), false, "web-default-"},
+		{"a 253 character name is truncated to 63", tr.HostName(KindConfigMap, "default", long), tr.HostName(KindConfigMap, "default", long+"x"), false, "aaaa"},
+		{"upper case and dots become a DNS label", tr.HostName(KindSecret, "Kube-System", "tls.example.com"), "", false, "tls-example-com-kube-system-"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, n := range []string{tc.a, tc.b} {
+				if n == "" {
+					continue
+				}
+				if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+					t.Errorf("%q is not a DNS label: %v", n, errs)
+				}
+				if !hashSuffix.MatchString(n) {
+					t.Errorf("%q does not end in a 10 digit hash", n)
+				}
+			}
+			if !strings.HasPrefix(tc.a, tc.wantStart) {
+				t.Errorf("%q does not start with %q", tc.a, tc.wantStart)
+			}
+			if tc.b != "" && (tc.a == tc.b) != tc.sameAsB {
+				t.Errorf("names %q and %q: same=%v, want %v", tc.a, tc.b, tc.a == tc.b, tc.sameAsB)
+			}
+		})
+	}
+}
+
+func TestVirtualKeyOf(t *testing.T) {
+	tr := newTranslator(t)
+	other := newTranslator(t, func(c *Config) { c.ClusterName = "c2" })
+	vpod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "u1"}}
+	host, err := tr.HostPod(vpod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := host.DeepCopy()
+	renamed.Name = "web-default-0000000000"
+
+	cases := []struct {
+		name string
+		tr   *Translator
+		obj  metav1.Object
+		want VirtualKey
+		ok   bool
+	}{
+		{"a host pod names its virtual pod", tr, host, VirtualKey{Kind: KindPod, Namespace: "default", Name: "web", UID: "u1"}, true},
+		{"another cluster's agent does not claim it", other, host, VirtualKey{}, false},
+		{"an object whose name is not the derived one is not ours", tr, renamed, VirtualKey{}, false},
+		{"an unlabeled object is not ours", tr, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "k3k-c1-token"}}, VirtualKey{}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.tr.VirtualKeyOf(tc.obj)
+			if ok != tc.ok || got != tc.want {
+				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// apiAccessVolume is what the ServiceAccount admission plugin adds to a pod.
+func apiAccessVolume() corev1.Volume {
+	return corev1.Volume{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To(int32(0o644)),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: ptr.To(int64(3607)), Path: "token"}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		},
+	}}}
+}
+
+func fullPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "shop", UID: "uid-1", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{
+			NodeName:           "k3k-c1-kubelet",
+			ServiceAccountName: "web",
+			NodeSelector:       map[string]string{"kubernetes.io/os": "linux"},
+			Tolerations:        []corev1.Toleration{{Key: "virtual", Operator: corev1.TolerationOpExists}},
+			Affinity:           &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{}},
+			PriorityClassName:  "high",
+			Priority:           ptr.To(int32(1000)),
+			Subdomain:          "web",
+			ReadinessGates:     []corev1.PodReadinessGate{{ConditionType: "example.com/ready"}},
+			ImagePullSecrets:   []corev1.LocalObjectReference{{Name: "regcred"}},
+			Volumes: []corev1.Volume{
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}},
+				{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "web-tls"}}},
+				{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+					{Path: "cpu", ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: "web", Resource: "limits.cpu"}},
+				}}}},
+				apiAccessVolume(),
+			},
+			Containers: []corev1.Container{{
+				Name: "web", Image: "nginx:1",
+				EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "web-env"}}}},
+				Env: []corev1.EnvVar{
+					{Name: "MODE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}, Key: "mode"}}},
+					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+					{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+					{Name: "APP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['app']"}}},
+					{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+					{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+				},
+			}},
+		},
+	}
+}
+
+func TestHostPod(t *testing.T) {
+	owner := metav1.OwnerReference{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: "c1", UID: "cluster-uid"}
+	tr := newTranslator(t, func(c *Config) {
+		c.HostNodeSelector = map[string]string{"pool": "tenants"}
+		c.OwnerReferences = []metav1.OwnerReference{owner}
+	})
+	vpod := fullPod()
+	before := vpod.DeepCopy()
+	host, err := tr.HostPod(vpod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, vpod); diff != "" {
+		t.Fatalf("HostPod changed its input (-before +after):\n%s", diff)
+	}
+	name := func(k Kind, n string) string { return tr.HostName(k, "shop", n) }
+	identity := name(KindPodIdentity, "web-0")
+
+	wantMeta := metav1.ObjectMeta{
+		Name: name(KindPod, "web-0"), Namespace: "tenant",
+		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: "c1", LabelVirtualNamespace: "shop"},
+		Annotations: map[string]string{
+			AnnotationKind: "pod", AnnotationNamespace: "shop", AnnotationName: "web-0", AnnotationUID: "uid-1",
+		},
+		OwnerReferences: []metav1.OwnerReference{owner},
+	}
+	if diff := cmp.Diff(wantMeta, host.ObjectMeta); diff != "" {
+		t.Errorf("metadata (-want +got):\n%s", diff)
+	}
+
+	s := host.Spec
+	if s.NodeName != "" || s.Affinity != nil || s.PriorityClassName != "" || s.Priority != nil || s.Subdomain != "" || s.ReadinessGates != nil {
+		t.Errorf("virtual placement leaked to the host: %+v", s)
+	}
+	if diff := cmp.Diff(map[string]string{"pool": "tenants"}, s.NodeSelector); diff != "" {
+		t.Errorf("node selector (-want +got):\n%s", diff)
+	}
+	if len(s.Tolerations) != 0 {
+		t.Errorf("tolerations = %v, want the host's (none)", s.Tolerations)
+	}
+	if s.ServiceAccountName != "" || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		t.Errorf("host pod may get host credentials: sa=%q automount=%v", s.ServiceAccountName, s.AutomountServiceAccountToken)
+	}
+	if s.Hostname != "web-0" {
+		t.Errorf("hostname = %q, want the virtual pod name", s.Hostname)
+	}
+	if diff := cmp.Diff([]corev1.LocalObjectReference{{Name: name(KindSecret, "regcred")}}, s.ImagePullSecrets); diff != "" {
+		t.Errorf("image pull secrets (-want +got):\n%s", diff)
+	}
+
+	wantVolumes := []corev1.Volume{
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name(KindConfigMap, "web-config")}}}},
+		{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name(KindSecret, "web-tls")}}},
+		{Name: "podinfo", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "cpu", ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: "web", Resource: "limits.cpu"}}}}},
+			{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: identity}, Items: []corev1.KeyToPath{{Key: fieldKey("metadata.labels"), Path: "labels"}}}},
+		}}}},
+		{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To(int32(0o644)),
+			Sources: []corev1.VolumeProjection{
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: identity}, Items: []corev1.KeyToPath{{Key: tokenKey(TokenSpec{ExpirationSeconds: 3607}), Path: "token"}}}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: name(KindConfigMap, "kube-root-ca.crt")}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: identity}, Items: []corev1.KeyToPath{{Key: fieldKey("metadata.namespace"), Path: "namespace"}}}},
+			},
+		}}},
+	}
+	if diff := cmp.Diff(wantVolumes, s.Volumes); diff != "" {
+		t.Errorf("volumes (-want +got):\n%s", diff)
+	}
+
+	c := s.Containers[0]
+	wantEnv := []corev1.EnvVar{
+		{Name: "MODE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name(KindConfigMap, "web-config")}, Key: "mode"}}},
+		{Name: "POD_NAME", Value: "web-0"},
+		{Name: "POD_NAMESPACE", Value: "shop"},
+		{Name: "APP", Value: "web"},
+		{Name: "NODE", Value: "k3k-c1-kubelet"},
+		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+	}
+	if diff := cmp.Diff(wantEnv, c.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if got := c.EnvFrom[0].SecretRef.Name; got != name(KindSecret, "web-env") {
+		t.Errorf("envFrom secret = %q", got)
+	}
+
+	// Every reference in the host pod names a host copy of a reference of the
+	// virtual pod, plus the identity Secret.
+	vr, hr := PodRefs(&vpod.Spec), PodRefs(&host.Spec)
+	var wantCMs, wantSecrets []string
+	for _, n := range vr.ConfigMaps {
+		wantCMs = append(wantCMs, name(KindConfigMap, n))
+	}
+	for _, n := range vr.Secrets {
+		wantSecrets = append(wantSecrets, name(KindSecret, n))
+	}
+	wantSecrets = append(wantSecrets, identity)
+	if diff := cmp.Diff(PodRefs(&corev1.PodSpec{Volumes: volumesNaming(wantCMs, wantSecrets)}), hr); diff != "" {
+		t.Errorf("host refs (-want +got):\n%s", diff)
+	}
+}
+
+func volumesNaming(cms, secrets []string) []corev1.Volume {
+	var vs []corev1.Volume
+	for _, n := range cms {
+		vs = append(vs, corev1.Volume{VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: n}}}})
+	}
+	for _, n := range secrets {
+		vs = append(vs, corev1.Volume{VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: n}}})
+	}
+	return vs
+}
+
+func TestPodRefs(t *testing.T) {
+	got := PodRefs(&fullPod().Spec)
+	want := Refs{ConfigMaps: []string{"kube-root-ca.crt", "web-config"}, Secrets: []string{"regcred", "web-env", "web-tls"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestHostPodRefusesWhatWouldReachTheHost(t *testing.T) {
+	tr := newTranslator(t)
+	cases := []struct {
+		name   string
+		mutate func(*corev1.PodSpec)
+		want   string
+	}{
+		{"host network", func(s *corev1.PodSpec) { s.HostNetwork = true }, "hostNetwork"},
+		{"host PID", func(s *corev1.PodSpec) { s.HostPID = true }, "hostPID"},
+		{"hostPath volume", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		}, `volume "root": hostPath`},
+		{"a claim the host does not have", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}})
+		}, `volume "data": persistentVolumeClaim`},
+		{"privileged container", func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}, `container "web": privileged`},
+		{"host port", func(s *corev1.PodSpec) {
+			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
+		}, "hostPort 80"},
+		{"an unknown downward API field in env", func(s *corev1.PodSpec) {
+			s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.generateName"}}})
+		}, `field path "metadata.generateName" is not supported`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := fullPod()
+			tc.mutate(&p.Spec)
+			_, err := tr.HostPod(p)
+			var ue *UnsupportedError
+			if !errors.As(err, &ue) {
+				t.Fatalf("err = %v, want *UnsupportedError", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %q, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHostPodDNS(t *testing.T) {
+	tr := newTranslator(t, func(c *Config) { c.ClusterDNS = "10.43.0.10" })
+	cases := []struct {
+		name       string
+		policy     corev1.DNSPolicy
+		wantPolicy corev1.DNSPolicy
+		wantNS     []string
+	}{
+		{"ClusterFirst uses the virtual cluster's DNS", corev1.DNSClusterFirst, corev1.DNSNone, []string{"10.43.0.10"}},
+		{"an empty policy is ClusterFirst", "", corev1.DNSNone, []string{"10.43.0.10"}},
+		{"Default keeps the node's resolver", corev1.DNSDefault, corev1.DNSDefault, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := fullPod()
+			p.Spec.DNSPolicy = tc.policy
+			host, err := tr.HostPod(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if host.Spec.DNSPolicy != tc.wantPolicy {
+				t.Errorf("policy = %q, want %q", host.Spec.DNSPolicy, tc.wantPolicy)
+			}
+			var ns []string
+			if host.Spec.DNSConfig != nil {
+				ns = host.Spec.DNSConfig.Nameservers
+				if got := host.Spec.DNSConfig.Searches[0]; got != "shop.svc.cluster.local" {
+					t.Errorf("first search domain = %q", got)
+				}
+			}
+			if diff := cmp.Diff(tc.wantNS, ns); diff != "" {
+				t.Errorf("nameservers (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHostIdentitySecret(t *testing.T) {
+	tr := newTranslator(t)
+	p := fullPod()
+	p.Annotations = map[string]string{"b": "2", "a": "say \"hi\""}
+	id := PodIdentity(&p.Spec)
+	tok := tokenKey(TokenSpec{ExpirationSeconds: 3607})
+	if diff := cmp.Diff(map[string]TokenSpec{tok: {ExpirationSeconds: 3607}}, id.Tokens); diff != "" {
+		t.Errorf("tokens (-want +got):\n%s", diff)
+	}
+	s, err := tr.HostIdentitySecret(p, id, map[string][]byte{tok: []byte("jwt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{
+		fieldKey("metadata.labels"):    []byte(`app="web"`),
+		fieldKey("metadata.namespace"): []byte("shop"),
+		tok:                            []byte("jwt"),
+	}
+	if diff := cmp.Diff(want, s.Data); diff != "" {
+		t.Errorf("data (-want +got):\n%s", diff)
+	}
+	if s.Name != tr.HostName(KindPodIdentity, "shop", "web-0") {
+		t.Errorf("name = %q", s.Name)
+	}
+	if got, _ := tr.FieldValue(p, "metadata.annotations"); got != "a=\"say \\\"hi\\\"\"\nb=\"2\"" {
+		t.Errorf("annotations rendered as %q", got)
+	}
+}
+
+func TestHostSecretAndConfigMap(t *testing.T) {
+	tr := newTranslator(t)
+	cases := []struct {
+		name     string
+		in       corev1.SecretType
+		wantType corev1.SecretType
+	}{
+		{"a ServiceAccount token Secret becomes Opaque so the host's token controller ignores it", corev1.SecretTypeServiceAccountToken, corev1.SecretTypeOpaque},
+		{"an image pull Secret keeps its type, which kubelet reads", corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockerConfigJson},
+		{"an untyped Secret is Opaque", "", corev1.SecretTypeOpaque},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "shop", UID: "s-uid"}, Type: tc.in, Data: map[string][]byte{"k": []byte("v")}}
+			h := tr.HostSecret(v)
+			if h.Type != tc.wantType || string(h.Data["k"]) != "v" || h.Namespace != "tenant" {
+				t.Errorf("got type %q data %q in %q", h.Type, h.Data, h.Namespace)
+			}
+			if k, ok := tr.VirtualKeyOf(h); !ok || k != (VirtualKey{Kind: KindSecret, Namespace: "shop", Name: "s", UID: "s-uid"}) {
+				t.Errorf("VirtualKeyOf = %+v, %v", k, ok)
+			}
+		})
+	}
+	cm := tr.HostConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "shop"}, Data: map[string]string{"a": "b"}, Immutable: ptr.To(true)})
+	if cm.Immutable != nil || cm.Data["a"] != "b" || cm.Name != tr.HostName(KindConfigMap, "shop", "c") {
+		t.Errorf("config map copy: %+v", cm)
+	}
+}
+
+func TestVirtualStatus(t *testing.T) {
+	start := metav1.Now()
+	scheduled := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, Reason: "virtual"}
+	vpod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Generation: 3, UID: types.UID("v")},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort, Conditions: []corev1.PodCondition{scheduled}},
+	}
+	running := &corev1.Pod{Status: corev1.PodStatus{
+		Phase: corev1.PodRunning, HostIP: "192.168.1.5", HostIPs: []corev1.HostIP{{IP: "192.168.1.5"}},
+		PodIP: "10.42.0.7", PodIPs: []corev1.PodIP{{IP: "10.42.0.7"}}, StartTime: &start, QOSClass: corev1.PodQOSBestEffort,
+		ObservedGeneration: 1,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, Reason: "host"},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, ObservedGeneration: 1},
+		},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "web", Ready: true, ContainerID: "containerd://abc", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: start}}}},
+	}}
+	cases := []struct {
+		name string
+		host *corev1.Pod
+		want corev1.PodStatus
+	}{
+		{"a host pod with no status yet is Pending", &corev1.Pod{}, corev1.PodStatus{
+			Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort, Conditions: []corev1.PodCondition{scheduled},
+		}},
+		{"a running host pod's IPs, conditions and containers flow back, PodScheduled stays virtual", running, corev1.PodStatus{
+			Phase: corev1.PodRunning, HostIP: "192.168.1.5", HostIPs: []corev1.HostIP{{IP: "192.168.1.5"}},
+			PodIP: "10.42.0.7", PodIPs: []corev1.PodIP{{IP: "10.42.0.7"}}, StartTime: &start, QOSClass: corev1.PodQOSBestEffort,
+			ObservedGeneration: 3,
+			Conditions:         []corev1.PodCondition{scheduled, {Type: corev1.PodReady, Status: corev1.ConditionTrue, ObservedGeneration: 3}},
+			ContainerStatuses:  running.Status.ContainerStatuses,
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, VirtualStatus(vpod, tc.host)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestImagePatch(t *testing.T) {
+	v := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Image: "a:2"}, {Name: "b", Image: "b:1"}}}}
+	h := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Image: "a:1"}, {Name: "b", Image: "b:1"}}}}
+	if diff := cmp.Diff(map[string]string{"a": "a:2"}, ImagePatch(v, h)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
