@@ -48,7 +48,9 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.cfg.ServerImage, "server-image", "rancher/k3s", "k3s server image repository; the tag is spec.version or --default-version")
 	fs.StringVar(&o.cfg.DefaultVersion, "default-version", "v1.34.2-k3s1", "k3s image tag for Clusters without spec.version")
 	fs.StringVar(&o.cfg.DatastoreImage, "datastore-image", "k3k-io/k3k-datastore:dev", "image of the datastore sidecar and kubeconfig publisher")
-	fs.StringVar(&o.cfg.AgentImage, "agent-image", "k3k-io/k3k-kubelet:dev", "image of the shared-mode agent")
+	fs.StringVar(&o.cfg.AgentImage, "agent-image", "k3k-io/k3k-kubelet:dev", "image of the shared-mode agent (empty: deploy no agent)")
+	fs.StringVar(&o.cfg.AgentClusterRole, "agent-cluster-role", "k3k-agent",
+		"ClusterRole holding the agent's rights (the chart installs it); each cluster's agent is bound to it in its own namespace")
 	fs.StringVar(&o.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of every image the controller deploys: Always, IfNotPresent or Never")
 	fs.StringVar(&o.pullSecrets, "image-pull-secrets", "", "comma-separated Secret names added to every pod the controller deploys")
 	fs.StringVar(&o.defaultPersistence, "default-persistence-type", string(v1beta1.DynamicPersistence), "persistence for Clusters that leave spec.persistence.type empty: dynamic or ephemeral")

@@ -124,6 +124,11 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: n.ServiceAccount}},
 					&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet}},
 					&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: n.Ingress}},
+					// The agent: bound to the agent ClusterRole, which the
+					// controller may bind but does not hold.
+					&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
+					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
+					&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
 				} {
 					if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: o.GetName()}, o); err != nil {
 						return fmt.Errorf("%T %s: %w", o, o.GetName(), err)
@@ -181,7 +186,7 @@ func runController(t *testing.T, watch []string) {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ValidateKubeconfig: kubeconfig.Validate,
 		Config: cluster.Config{
 			ServerImage: "rancher/k3s", DefaultVersion: "v1.34.2-k3s1",
-			DatastoreImage: "k3k-io/k3k-datastore:test", AgentImage: "k3k-io/k3k-kubelet:test",
+			DatastoreImage: "k3k-io/k3k-datastore:test", AgentImage: "k3k-io/k3k-kubelet:test", AgentClusterRole: agentRole,
 			PullPolicy: corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
 		},
 	}
@@ -225,6 +230,8 @@ func TestChartGrantsNothingMore(t *testing.T) {
 		{"exec into pods", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "create", Resource: "pods", Subresource: "exec"}},
 		{"read nodes", authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes"}},
 		{"create ClusterRoles", authorizationv1.ResourceAttributes{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}},
+		{"bind cluster-admin", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "cluster-admin"}},
+		{"delete pods", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Resource: "pods"}},
 		{"escalate Roles", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "roles"}},
 		{"delete Clusters", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Group: "k3k.io", Resource: "clusters"}},
 		{"change Cluster specs", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "k3k.io", Resource: "clusters"}},

@@ -40,6 +40,8 @@ var (
 const (
 	release   = "k3k"
 	releaseNS = "k3k-system"
+	// agentRole is the agent ClusterRole the chart renders for release.
+	agentRole = "k3k-agent"
 	// kubeVersion is what helm checks the chart's kubeVersion against: the
 	// version of the test kube-apiserver (hack/tools/kube). A helm built from its
 	// module without release ldflags would otherwise assume v1.20.

@@ -6,11 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 func TestHelmLintPassesStrictlyForEveryValueSet(t *testing.T) {
@@ -61,7 +64,8 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--datastore-image=k3k-io/k3k-datastore:v0.1.0", "--agent-image=k3k-io/k3k-kubelet:v0.1.0",
 				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
 				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
-				"--watch-namespaces=", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081")
+				"--watch-namespaces=", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+				"--agent-cluster-role="+agentRole)
 			if find(objs, "ClusterRole", "", release) == nil || find(objs, "ClusterRoleBinding", "", release) == nil {
 				t.Errorf("no ClusterRole and binding without watchNamespaces; kinds: %v", kinds(objs))
 			}
@@ -103,8 +107,10 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		values: "watch-namespaces.yaml",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--watch-namespaces=team-a,team-b")
-			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 0 {
-				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set", n)
+			// Only the agent's ClusterRole, which grants nothing until the
+			// controller binds it in a watched namespace.
+			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", agentRole) == nil {
+				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRole %s", n, agentRole)
 			}
 			for _, ns := range []string{"team-a", "team-b"} {
 				if find(objs, "Role", ns, release) == nil || find(objs, "RoleBinding", ns, release) == nil {
@@ -165,16 +171,31 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 				continue
 			}
-			var rules struct{ Rules []rbacv1.PolicyRule }
+			var rules struct {
+				Rules []rbacv1.PolicyRule `json:"rules"`
+			}
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rules); err != nil {
 				t.Fatal(err)
+			}
+			if o.GetKind() == "ClusterRole" && o.GetName() == agentRole {
+				// The agent's rights, bound per namespace: exactly what the
+				// controller's builders say the agent needs.
+				if diff := cmp.Diff(cluster.AgentRules(), rules.Rules); diff != "" {
+					t.Errorf("ClusterRole %s differs from cluster.AgentRules (-want +got):\n%s", agentRole, diff)
+				}
+				continue
 			}
 			for _, r := range rules.Rules {
 				all := slices.Concat(r.APIGroups, r.Resources, r.Verbs)
 				if slices.Contains(all, "*") {
 					t.Errorf("%s %s: wildcard in rule %+v", o.GetKind(), o.GetName(), r)
 				}
-				for _, v := range []string{"delete", "deletecollection", "escalate", "bind", "impersonate"} {
+				// bind is allowed on the agent ClusterRole alone.
+				if slices.Contains(r.Verbs, "bind") && !(slices.Equal(r.Verbs, []string{"bind"}) &&
+					slices.Equal(r.Resources, []string{"clusterroles"}) && slices.Equal(r.ResourceNames, []string{agentRole})) {
+					t.Errorf("%s %s grants bind beyond ClusterRole %s: %+v", o.GetKind(), o.GetName(), agentRole, r)
+				}
+				for _, v := range []string{"delete", "deletecollection", "escalate", "impersonate"} {
 					if slices.Contains(r.Verbs, v) {
 						t.Errorf("%s %s grants %q on %v; the controller never needs it", o.GetKind(), o.GetName(), v, r.Resources)
 					}

@@ -85,6 +85,12 @@ three images it deploys must agree rather than one silently winning. */}}
 watches. Each rule says which code path needs it (internal/controller/cluster).
 No delete anywhere: owner references let the garbage collector remove what a
 Cluster owned, and the StatefulSet's claim retention policy its volumes. */}}
+{{/* agentClusterRole names the ClusterRole holding the shared-mode agent's rights
+(internal/controller/cluster.AgentRules). */}}
+{{- define "k3k.agentClusterRole" -}}
+{{- printf "%s-agent" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "k3k.controllerRules" -}}
 # Clusters are the reconciler's input (For); it writes only their status.
 - apiGroups: ["k3k.io"]
@@ -134,4 +140,15 @@ Cluster owned, and the StatefulSet's claim retention policy its volumes. */}}
 - apiGroups: ["networking.k8s.io"]
   resources: ["ingresses"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]
+# The shared-mode agent's Deployment (Owns).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+# Each cluster's agent is granted the agent ClusterRole in the cluster's namespace
+# by a RoleBinding the controller makes. "bind" on that one ClusterRole is all it
+# takes: the controller never holds the agent's pod rights itself.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterroles"]
+  verbs: ["bind"]
+  resourceNames: [{{ include "k3k.agentClusterRole" . | quote }}]
 {{- end -}}

@@ -83,7 +83,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		for _, s := range []step{
 			r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
 			r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
-			r.reconcileServers, r.reconcileVolumeSize,
+			r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
 		} {
 			res, err := s(ctx, c, o)
 			if err != nil {
@@ -311,6 +311,30 @@ func (r *Reconciler) reconcileVolumeSize(ctx context.Context, c *v1beta1.Cluster
 	return ctrl.Result{}, nil
 }
 
+// reconcileAgent deploys the shared-mode agent (cmd/kubelet): its
+// ServiceAccount, the RoleBinding to the agent ClusterRole, and its Deployment,
+// which waits on its own for the kubeconfig Secret to be filled.
+func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
+	if r.Config.AgentImage == "" {
+		return ctrl.Result{}, nil
+	}
+	if err := ensure(ctx, r.Client, c, DesiredAgentServiceAccount(c), func(_, _ *corev1.ServiceAccount) {}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := ensure(ctx, r.Client, c, DesiredAgentRoleBinding(c, r.Config.AgentClusterRole), func(live, d *rbacv1.RoleBinding) {
+		live.Subjects = d.Subjects
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	err := ensure(ctx, r.Client, c, DesiredAgentDeployment(c, r.Config), func(live, d *appsv1.Deployment) {
+		// The selector is immutable.
+		live.Spec.Replicas = d.Spec.Replicas
+		live.Spec.Strategy = d.Spec.Strategy
+		live.Spec.Template = d.Spec.Template
+	})
+	return ctrl.Result{}, err
+}
+
 // observe reads what the status is derived from.
 func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observation) error {
 	sts := &appsv1.StatefulSet{}
@@ -332,6 +356,17 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		return fmt.Errorf("getting kubeconfig Secret: %w", err)
 	}
 	o.kubeconfig = kc.Data[SecretKeyKubeconfig]
+	o.agentWanted = r.Config.AgentImage != ""
+	if o.agentWanted {
+		agent := &appsv1.Deployment{}
+		err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: AgentName(c)}, agent)
+		switch {
+		case err == nil:
+			o.agent = agent
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("getting agent Deployment: %w", err)
+		}
+	}
 	if len(o.kubeconfig) > 0 && r.ValidateKubeconfig != nil {
 		o.kubeconfigErr = r.ValidateKubeconfig(o.kubeconfig, r.now())
 	}
@@ -375,7 +410,7 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	for _, obj := range []client.Object{
 		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Secret{}, &corev1.ConfigMap{},
 		&corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{},
-		&appsv1.StatefulSet{}, &networkingv1.Ingress{},
+		&appsv1.StatefulSet{}, &appsv1.Deployment{}, &networkingv1.Ingress{},
 	} {
 		out[obj] = cache.ByObject{Label: selector}
 	}
@@ -403,6 +438,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
 		Owns(&networkingv1.Ingress{}).
 		Watches(&corev1.Pod{}, byClusterLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byClusterLabel).

@@ -57,6 +57,9 @@ func ownedObjects(c *v1beta1.Cluster) map[string]client.Object {
 		"ServiceAccount/" + n.ServiceAccount: &corev1.ServiceAccount{},
 		"Role/" + n.ServiceAccount:           &rbacv1.Role{},
 		"RoleBinding/" + n.ServiceAccount:    &rbacv1.RoleBinding{},
+		"ServiceAccount/" + AgentName(c):     &corev1.ServiceAccount{},
+		"RoleBinding/" + AgentName(c):        &rbacv1.RoleBinding{},
+		"Deployment/" + AgentName(c):         &appsv1.Deployment{},
 	}
 }
 

@@ -35,8 +35,11 @@ type Config struct {
 	DefaultVersion string
 	// DatastoreImage runs the datastore sidecar and the kubeconfig publisher.
 	DatastoreImage string
-	// AgentImage runs the shared-mode agent.
+	// AgentImage runs the shared-mode agent; empty deploys no agent.
 	AgentImage string
+	// AgentClusterRole is the ClusterRole holding AgentRules (installed by the
+	// chart) that each cluster's agent is bound to in its namespace.
+	AgentClusterRole string
 	// PullPolicy applies to every image the controller deploys.
 	PullPolicy corev1.PullPolicy
 	// PullSecrets are added to every pod the controller deploys.

@@ -62,6 +62,10 @@ type observation struct {
 	kubeconfigErr error
 	// etcd is filled for datastore.type etcd only.
 	etcd etcdState
+	// agent is the shared-mode agent's Deployment; nil when it does not exist.
+	// agentWanted is false when the controller deploys no agent (no image).
+	agent       *appsv1.Deployment
+	agentWanted bool
 }
 
 // computeStatus derives the Cluster's status from what was observed. It starts
@@ -102,6 +106,11 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	set(ConditionServersReady, srv.ok, srv.reason, srv.message)
 	kc := kubeconfigCondition(o)
 	set(ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
+	// AgentsReady is reported but does not gate Ready: the virtual API serves
+	// without an agent, only workloads wait for it.
+	if ag := agentsCondition(o.agent); o.agentWanted {
+		set(ConditionAgentsReady, ag.ok, ag.reason, ag.message)
+	}
 	if o.settings.Datastore == v1beta1.EtcdDatastore {
 		for _, cond := range etcdConditions(o, c.Generation) {
 			meta.SetStatusCondition(&st.Conditions, cond)

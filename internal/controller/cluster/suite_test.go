@@ -108,6 +108,7 @@ var testConfig = Config{
 	DefaultVersion:     "v1.34.2-k3s1",
 	DatastoreImage:     "k3k-io/k3k-datastore:test",
 	AgentImage:         "k3k-io/k3k-kubelet:test",
+	AgentClusterRole:   "k3k-agent",
 	PullPolicy:         corev1.PullIfNotPresent,
 	DefaultPersistence: v1beta1.DynamicPersistence,
 	DefaultDatastore:   v1beta1.SQLiteDatastore,
