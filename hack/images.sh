@@ -79,7 +79,8 @@ for name in "${names[@]}"; do
     # The controller runs the sidecar and the publisher as /usr/local/bin/datastore
     # (internal/controller/cluster/desired.go DatastoreArgs, PublisherArgs).
     datastore) product k3k-datastore cmd/datastore k3k-datastore /usr/local/bin/datastore ;;
-    kubelet) product k3k-kubelet cmd/kubelet k3k-kubelet ;;
+    # The agent Deployment runs /usr/local/bin/kubelet (cluster.AgentBinary).
+    kubelet) product k3k-kubelet cmd/kubelet k3k-kubelet /usr/local/bin/kubelet ;;
     k3s-standin) standin ;;
     *) echo "images: unknown image $name (controller datastore kubelet k3s-standin)" >&2; exit 2 ;;
   esac

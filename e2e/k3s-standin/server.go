@@ -43,11 +43,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("client CA: %w", err)
 	}
-	if err := ensureToken(serverDir, cfg.TokenFile, serverCA.CertPEM); err != nil {
-		return err
-	}
 	if err := certs.loadOrCreateKey("service.key"); err != nil {
 		return fmt.Errorf("service-account key: %w", err)
+	}
+	// With several servers, use the first server's CAs and key (bootstrap.go).
+	if err := shareBootstrap(ctx, cfg, certs); err != nil {
+		return err
+	}
+	if serverCA, err = certs.loadOrCreateCA("server-ca", "k3s-server-ca"); err != nil {
+		return fmt.Errorf("server CA: %w", err)
+	}
+	if clientCA, err = certs.loadOrCreateCA("client-ca", "k3s-client-ca"); err != nil {
+		return fmt.Errorf("client CA: %w", err)
+	}
+	if err := ensureToken(serverDir, cfg.TokenFile, serverCA.CertPEM); err != nil {
+		return err
 	}
 	clients := map[string]*certKey{}
 	for _, c := range []struct{ file, cn, org string }{
