@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -33,6 +34,17 @@ import (
 type ackGuard struct {
 	side  *sql.DB
 	gsync *groupSync // nil in SyncCommit mode
+	ckpt  *checkpointer
+	gate  writeGate
+	// createdStmt is createAt, prepared on first use (kine creates the table
+	// after the guard exists). The pure-Go driver has no statement cache, and
+	// parsing the query costs more than running it.
+	mu          sync.Mutex
+	createdStmt *sql.Stmt
+}
+
+func newAckGuard(side *sql.DB, gsync *groupSync, ckpt *checkpointer, gate writeGate) *ackGuard {
+	return &ackGuard{side: side, gsync: gsync, ckpt: ckpt, gate: gate}
 }
 
 // etcdWriteMethods are the etcd v3 calls that may change the database. Only
@@ -57,9 +69,22 @@ const newestCreate = `SELECT COALESCE(MAX(id), 0),
 	FROM kine WHERE name = ? AND created = 1`
 
 func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !etcdWriteMethods[info.FullMethod] {
+		return handler(ctx, req)
+	}
+	if err := a.gate.enter(ctx); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
 	resp, err := handler(ctx, req)
-	if err != nil || !etcdWriteMethods[info.FullMethod] {
+	a.gate.leave()
+	if err != nil {
 		return resp, err
+	}
+	// The fsync starts now, after the commit; the create check runs while it
+	// does.
+	var batch *syncBatch
+	if a.gsync != nil {
+		batch = a.gsync.start()
 	}
 	if key := createKey(req); key != "" {
 		if txn, ok := resp.(*etcdserverpb.TxnResponse); ok && txn.Succeeded {
@@ -70,19 +95,46 @@ func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.Una
 			setRevision(txn, rev)
 		}
 	}
-	if a.gsync != nil {
-		if err := a.gsync.sync(ctx); err != nil {
+	if batch != nil {
+		if err := a.gsync.wait(ctx, batch); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 	}
+	a.ckpt.wrote()
 	return resp, nil
 }
+
+// writeGate lets one write at a time into SQLite. SQLite has one writer at a
+// time; a second BEGIN IMMEDIATE does not queue but sleeps in SQLite's busy
+// handler (1, 2, 5, 10 ms, ...) and retries, long after the first writer, which
+// holds the lock for a fraction of a millisecond, is done. Waiting here instead
+// hands the lock over as soon as it is free. The checkpointer takes the gate
+// too, for the short step that needs no writer running.
+type writeGate chan struct{}
+
+func newWriteGate() writeGate { return make(writeGate, 1) }
+
+// enter waits for the gate, or for ctx to end.
+func (g writeGate) enter(ctx context.Context) error {
+	select {
+	case g <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g writeGate) leave() { <-g }
 
 // storedRevision returns the revision of the row a create of key, reported by
 // kine at revision rev, wrote; an error when it wrote none.
 func (a *ackGuard) storedRevision(ctx context.Context, key string, rev int64) (int64, error) {
 	var n int
-	if err := a.side.QueryRowContext(ctx, createAt, rev, key).Scan(&n); err != nil {
+	stmt, err := a.createdQuery(ctx)
+	if err == nil {
+		err = stmt.QueryRowContext(ctx, rev, key).Scan(&n)
+	}
+	if err != nil {
 		return 0, status.Errorf(codes.Unavailable, "confirming that the create was stored: %v", err)
 	}
 	if n == 1 {
@@ -100,6 +152,19 @@ func (a *ackGuard) storedRevision(ctx context.Context, key string, rev int64) (i
 			"the create was not stored: the database refused the write (is the volume full?); nothing was changed")
 	}
 	return id, nil
+}
+
+func (a *ackGuard) createdQuery(ctx context.Context) (*sql.Stmt, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.createdStmt == nil {
+		stmt, err := a.side.PrepareContext(ctx, createAt)
+		if err != nil {
+			return nil, err
+		}
+		a.createdStmt = stmt
+	}
+	return a.createdStmt, nil
 }
 
 // setRevision makes a create's answer carry the revision of the row it wrote,

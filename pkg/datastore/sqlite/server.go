@@ -54,6 +54,7 @@ type Server struct {
 	side   *sql.DB
 	client *clientv3.Client
 	gsync  *groupSync // nil in SyncCommit mode
+	ckpt   *checkpointer
 	failed chan struct{}
 
 	stop      context.CancelFunc
@@ -103,18 +104,20 @@ func Open(ctx context.Context, cfg Config) (_ *Server, rerr error) {
 	if s.side, err = openSide(s.dbPath); err != nil {
 		return nil, err
 	}
-	guard := &ackGuard{side: s.side}
 	if cfg.Sync == SyncGroup {
 		s.gsync = newGroupSync(s.dbPath, dir)
-		guard.gsync = s.gsync
 		go func() {
 			<-s.gsync.failed
 			close(s.failed)
 		}()
 	}
-	gopts := append(grpcOptions(), grpc.ChainUnaryInterceptor(guard.unaryInterceptor))
 	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
+	gate := newWriteGate()
+	s.ckpt = newCheckpointer(s.side, gate)
+	go s.ckpt.run(serveCtx)
+	guard := newAckGuard(s.side, s.gsync, s.ckpt, gate)
+	gopts := append(grpcOptions(), grpc.ChainUnaryInterceptor(guard.unaryInterceptor))
 	log.Info("starting kine on SQLite", "file", s.dbPath, "listenAddress", cfg.ListenAddress,
 		"sync", string(cfg.Sync), "compactInterval", cfg.CompactInterval.String())
 	etcdCfg, err := endpoint.Listen(serveCtx, endpoint.Config{
@@ -168,6 +171,9 @@ func kineParams(cfg Config) string {
 	q.Set("_synchronous", sync)
 	q.Set("_busy_timeout", strconv.Itoa(busyTimeoutMillis))
 	q.Set("_txlock", "immediate")
+	// Checkpoints run in the background (see checkpointer), not inside a
+	// write. A pragma in the DSN reaches every connection kine opens.
+	q.Add("_pragma", "wal_autocheckpoint(0)")
 	if cfg.CacheBytes > 0 {
 		q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", cfg.CacheBytes/1024))
 	}
@@ -263,6 +269,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for kine to stop: %w", ctx.Err()))
 	}
+	if s.ckpt != nil {
+		<-s.ckpt.done
+	}
 	if s.side != nil {
 		var busy, logFrames, checkpointed int64
 		err := s.side.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &checkpointed)
@@ -295,6 +304,9 @@ func (s *Server) abort() {
 		}
 		s.stop()
 		s.wg.Wait()
+	}
+	if s.ckpt != nil {
+		<-s.ckpt.done
 	}
 	if s.side != nil {
 		_ = s.side.Close()

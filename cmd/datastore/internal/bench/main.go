@@ -38,18 +38,22 @@ func main() {
 	}
 	bin := flag.String("datastore-bin", "", "path of the datastore binary (built with CGO_ENABLED=0)")
 	dir := flag.String("dir", "/var/tmp", "directory on the disk to measure; every datastore gets a subdirectory")
-	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, kine, etcd")
+	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-base, kine, etcd")
+	baseBin := flag.String("base-datastore-bin", "", "another build of the datastore binary, run as the sqlite-base column (e.g. the last release), so that a change is compared side by side in one run")
 	scale := flag.Float64("scale", 1, "multiplies the number of operations")
 	apiserver := flag.Bool("apiserver", true, "also measure through kube-apiserver")
 	flag.Parse()
 	if *bin == "" {
 		exitOn(fmt.Errorf("--datastore-bin is required"))
 	}
+	if strings.Contains(*kinds, "sqlite-base") && *baseBin == "" {
+		exitOn(fmt.Errorf("the sqlite-base column needs --base-datastore-bin"))
+	}
 	base, err := os.MkdirTemp(*dir, "k3k-bench-")
 	exitOn(err)
 	defer os.RemoveAll(base)
 
-	b := &bench{scale: *scale, results: map[string]map[string]float64{}}
+	b := &bench{scale: *scale, baseBin: *baseBin, results: map[string]map[string]float64{}}
 	fsyncRate, err := measureFsync(base)
 	exitOn(err)
 	fmt.Fprintf(os.Stderr, "serial fsync rate of %s: %.0f/s\n", *dir, fsyncRate)
@@ -71,6 +75,7 @@ func exitOn(err error) {
 
 type bench struct {
 	scale   float64
+	baseBin string
 	results map[string]map[string]float64
 }
 
@@ -92,6 +97,8 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 		cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr)
 	case "sqlite-commit":
 		cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--sync", "commit")
+	case "sqlite-base":
+		cmd = exec.Command(b.baseBin, "sqlite", "--data-dir", dir, "--listen-address", addr)
 	case "kine":
 		cmd = exec.Command(self, "serve-kine", dir, addr)
 	case "etcd":
