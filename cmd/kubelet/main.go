@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,7 @@ type options struct {
 	credentialsDir, healthAddress          string
 	hostKubeconfig                         string
 	clusterDNS, clusterDomain              string
+	apiServerService                       string
 	kubeletPort                            int32
 	cpu, memory, pods                      string
 	resync                                 time.Duration
@@ -84,6 +86,7 @@ copied next to them, their status flows back, deletion works both ways.
 	f.StringVar(&o.hostKubeconfig, "kubeconfig", "", "kubeconfig for the host cluster; default: the pod's ServiceAccount")
 	f.StringVar(&o.clusterDNS, "cluster-dns", "", "nameserver for ClusterFirst pods; empty keeps the host's DNS")
 	f.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "the virtual cluster's DNS domain")
+	f.StringVar(&o.apiServerService, "api-server-service", "", "the cluster's API Service in the host namespace; pods get its name and ClusterIP as KUBERNETES_SERVICE_HOST instead of the host API's. Empty: the host kubelet's values stay")
 	f.Int32Var(&o.kubeletPort, "kubelet-port", 10250, "port of the kubelet API (container logs), advertised in the node status; 0 disables it")
 	f.StringVar(&o.cpu, "capacity-cpu", "8", "CPU capacity the node reports")
 	f.StringVar(&o.memory, "capacity-memory", "32Gi", "memory capacity the node reports")
@@ -156,15 +159,10 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	if cfg.Host, err = kubernetes.NewForConfig(hostRest); err != nil {
 		return fmt.Errorf("building host cluster client: %w", err)
 	}
-	a, err := agent.New(cfg)
-	if err != nil {
-		return err
-	}
-	loader, err := agentbootstrap.New(agentbootstrap.Config{Dir: o.credentialsDir, OnChange: a.SetCredentials})
-	if err != nil {
-		return err
-	}
 
+	// The health server starts first: /healthz must answer while the agent
+	// waits for the API Service; /readyz fails until the agent exists.
+	var current atomic.Pointer[agent.Agent]
 	ln, err := net.Listen("tcp", o.healthAddress)
 	if err != nil {
 		return fmt.Errorf("--health-address: %w", err)
@@ -172,7 +170,11 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := a.Ready(); err != nil {
+		err := errors.New("agent starting")
+		if a := current.Load(); a != nil {
+			err = a.Ready()
+		}
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -189,6 +191,24 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		defer cancel()
 		_ = health.Shutdown(shutdown)
 	}()
+
+	if o.apiServerService != "" {
+		if cfg.Translate.APIServer, err = virtualAPIServer(ctx, cfg.Host, cfg.Translate.HostNamespace, o.apiServerService); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	current.Store(a)
+	loader, err := agentbootstrap.New(agentbootstrap.Config{Dir: o.credentialsDir, OnChange: a.SetCredentials})
+	if err != nil {
+		return err
+	}
 
 	log.Info("waiting for virtual cluster credentials", "dir", o.credentialsDir)
 	virtual, err := loader.Wait(ctx)

@@ -2,7 +2,9 @@
 // kubelet that registers one node in the virtual cluster (package node), runs
 // the pods bound to it as pods of the host namespace (package podsync),
 // translating them with package translate, and answers `kubectl logs` for them
-// (package kubeletapi).
+// (package kubeletapi). Package servicesync copies the virtual cluster's
+// Services and EndpointSlices next to those pods, so they are reachable
+// through host Services.
 //
 // It is built from plain client-go informers and work queues rather than
 // github.com/virtual-kubelet/virtual-kubelet. That library fits our Kubernetes
@@ -44,6 +46,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/podsync"
+	"github.com/k3k-io/k3k/pkg/agent/servicesync"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -56,7 +59,8 @@ type Config struct {
 	Node node.Config
 	// Host is the host cluster client.
 	Host kubernetes.Interface
-	// Resync is how often every pod is reconciled without an event. Default 30s.
+	// Resync is how often every pod and Service is reconciled without an
+	// event. Default 30s.
 	Resync time.Duration
 	// UserAgent is set on virtual clients. Default "k3k-kubelet".
 	UserAgent string
@@ -71,6 +75,7 @@ type Agent struct {
 	tr    *translate.Translator
 	node  *node.Node
 	pods  *podsync.Syncer
+	svcs  *servicesync.Syncer
 	creds chan *rest.Config
 
 	mu      sync.Mutex
@@ -100,7 +105,11 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, tr: tr, node: n, pods: pods, creds: make(chan *rest.Config, 1)}, nil
+	svcs, err := servicesync.New(servicesync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, tr: tr, node: n, pods: pods, svcs: svcs, creds: make(chan *rest.Config, 1)}, nil
 }
 
 // SetCredentials hands the agent new virtual credentials; Run switches to them.
@@ -119,14 +128,17 @@ func (a *Agent) SetCredentials(cfg *rest.Config) {
 	}
 }
 
-// Ready reports whether the node's Lease is current and the pod caches of
-// both clusters are complete.
+// Ready reports whether the node's Lease is current and the pod and Service
+// caches of both clusters are complete.
 func (a *Agent) Ready() error {
 	if err := a.node.Healthy(); err != nil {
 		return err
 	}
 	if !a.pods.Synced() {
 		return errors.New("pod caches have not synced")
+	}
+	if !a.svcs.Synced() {
+		return errors.New("service caches have not synced")
 	}
 	return nil
 }
@@ -135,7 +147,11 @@ func (a *Agent) Ready() error {
 // "namespace/name") since it was first seen.
 func (a *Agent) Reconciled(key string) uint64 { return a.pods.Reconciled(key) }
 
-// Run runs the node and pod loops with initial credentials until ctx ends,
+// ServiceReconciled counts the completed passes over one virtual Service (key
+// "namespace/name") while it exists.
+func (a *Agent) ServiceReconciled(key string) uint64 { return a.svcs.Reconciled(key) }
+
+// Run runs the node, pod and Service loops with initial credentials until ctx ends,
 // restarting them whenever SetCredentials brings new ones.
 func (a *Agent) Run(ctx context.Context, initial *rest.Config) error {
 	log := logr.FromContextOrDiscard(ctx)
@@ -160,30 +176,31 @@ func (a *Agent) Run(ctx context.Context, initial *rest.Config) error {
 		inner, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Go(func() { a.node.Run(inner, client) })
-		wg.Go(func() { a.runPods(inner, client) })
+		wg.Go(func() { keepRunning(inner, "pod sync", a.pods.Run, client) })
+		wg.Go(func() { keepRunning(inner, "service sync", a.svcs.Run, client) })
 		select {
 		case <-ctx.Done():
 			cancel()
 			wg.Wait()
 			return nil
 		case cur = <-a.creds:
-			log.Info("virtual cluster credentials changed; restarting node and pod loops")
+			log.Info("virtual cluster credentials changed; restarting node, pod and service loops")
 			cancel()
 			wg.Wait()
 		}
 	}
 }
 
-// runPods keeps the pod loop running; it only stops early on a setup error,
-// which is retried after a pause.
-func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface) {
+// keepRunning keeps a sync loop running until ctx ends; a loop only stops
+// early on a setup error, which is retried after a pause.
+func keepRunning(ctx context.Context, what string, loop func(context.Context, kubernetes.Interface) error, client kubernetes.Interface) {
 	for {
-		err := a.pods.Run(ctx, client)
+		err := loop(ctx, client)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			logr.FromContextOrDiscard(ctx).Error(err, "pod sync stopped; restarting")
+			logr.FromContextOrDiscard(ctx).Error(err, what+" stopped; restarting")
 		}
 		select {
 		case <-ctx.Done():

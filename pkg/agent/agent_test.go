@@ -258,8 +258,19 @@ func TestAgentPodLifecycle(t *testing.T) {
 	if got := hp.Spec.Containers[0].EnvFrom[0].SecretRef.Name; got != hostSecret {
 		t.Errorf("envFrom names %q, want %q", got, hostSecret)
 	}
-	if got := hp.Spec.Containers[0].Env[0]; got.Value != "web-0" || got.ValueFrom != nil {
+	env := map[string]corev1.EnvVar{}
+	for _, e := range hp.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if got := env["POD_NAME"]; got.Value != "web-0" || got.ValueFrom != nil {
 		t.Errorf("POD_NAME = %+v, want the virtual name", got)
+	}
+	// In-cluster clients reach the virtual API, not the host's.
+	if got := env[translate.EnvServiceHost].Value; got != virtualAPIService.Host {
+		t.Errorf("%s = %q, want %q", translate.EnvServiceHost, got, virtualAPIService.Host)
+	}
+	if len(hp.Spec.HostAliases) != 1 || hp.Spec.HostAliases[0].IP != virtualAPIService.IP {
+		t.Errorf("host aliases %+v, want the API Service's ClusterIP", hp.Spec.HostAliases)
 	}
 	if len(hp.OwnerReferences) != 1 || hp.OwnerReferences[0].Kind != "Cluster" {
 		t.Errorf("host pod owners %v, want the Cluster", hp.OwnerReferences)

@@ -56,6 +56,10 @@ var (
 	hostWrites, virtualWrites writeLog
 )
 
+// virtualAPIService is where the agent points the pods' in-cluster clients,
+// as cmd/kubelet reads it from the cluster's API Service.
+var virtualAPIService = translate.APIServer{Host: "k3k-c1-service.tenant.svc", Port: 443, IP: "10.0.0.99"}
+
 const (
 	hostNamespace = "tenant"
 	clusterName   = "c1"
@@ -152,7 +156,7 @@ func run(m *testing.M) int {
 
 	cfg := agent.Config{
 		Translate: translate.Config{
-			ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName,
+			ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName, APIServer: virtualAPIService,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: c.UID}},
 		},
 		Node:                 node.Config{InternalIP: "127.0.0.1", LeaseDuration: 8 * time.Second, StatusInterval: 20 * time.Second},

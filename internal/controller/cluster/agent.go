@@ -88,11 +88,24 @@ func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
 // pods/status (the host kubelet writes it), no pods/exec (it would reach into
 // the server pods of this namespace), no events, no access outside the
 // namespace.
+//
+// Services and EndpointSlices (discovery.k8s.io): the host copies of the
+// virtual cluster's Services, without selectors, with slices the agent writes
+// from the host pods it runs. Neither holds a secret, so the agent watches
+// them like pods; it also reads the cluster's API Service once at start, to
+// point the virtual pods' in-cluster clients at it. Update and delete by name also reach the cluster's own
+// Services in this namespace (the API Service): an integrity risk of the same
+// kind as Secret updates; the agent only touches objects whose name is the
+// one derived from their annotations. No core Endpoints (nothing reads them
+// for selectorless Services once slices exist) and no services/status (no
+// load balancers are made).
 func AgentRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"create", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 	}
 }
 
@@ -118,7 +131,9 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 }
 
 // AgentArgs is the agent's command line. The Cluster's UID makes the Cluster
-// the owner of every host pod, so they go with it.
+// the owner of every host pod, so they go with it. The API Service is how the
+// virtual cluster's pods reach their API from the host (the host kubelet
+// would point them at the host's).
 func AgentArgs(c *v1beta1.Cluster) []string {
 	return []string{
 		AgentBinary,
@@ -126,6 +141,7 @@ func AgentArgs(c *v1beta1.Cluster) []string {
 		"--cluster-uid=" + string(c.UID),
 		"--host-namespace=" + c.Namespace,
 		"--node-name=" + AgentName(c),
+		"--api-server-service=" + NamesFor(c).Service,
 		"--credentials-dir=" + AgentCredentialsDir,
 		"--health-address=:" + strconv.Itoa(AgentHealthPort),
 		"--kubelet-port=" + strconv.Itoa(AgentKubeletPort),

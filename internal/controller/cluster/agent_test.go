@@ -36,7 +36,7 @@ func TestAgentDeployment(t *testing.T) {
 	}
 	want := []string{
 		"/usr/local/bin/kubelet", "--cluster-name=demo", "--cluster-uid=cluster-uid", "--host-namespace=tenants",
-		"--node-name=k3k-demo-kubelet", "--credentials-dir=/var/lib/k3k/credentials", "--health-address=:10248", "--kubelet-port=10250",
+		"--node-name=k3k-demo-kubelet", "--api-server-service=k3k-demo-service", "--credentials-dir=/var/lib/k3k/credentials", "--health-address=:10248", "--kubelet-port=10250",
 	}
 	ctr := pod.Containers[0]
 	if diff := cmp.Diff(want, ctr.Command); diff != "" {
@@ -119,6 +119,14 @@ func TestAgentRoleAgainstTheAPIServer(t *testing.T) {
 		{"it creates Secret copies", "create", "secrets", "", "", ns, true},
 		{"it updates Secret copies", "update", "secrets", "", "x", ns, true},
 		{"it creates ConfigMap copies", "create", "configmaps", "", "", ns, true},
+		{"it watches host Services", "watch", "services", "", "", ns, true},
+		{"it creates host Service copies", "create", "services", "", "", ns, true},
+		{"it updates host Service copies", "update", "services", "", "x", ns, true},
+		{"it deletes host Service copies", "delete", "services", "", "x", ns, true},
+		{"it watches EndpointSlices", "watch", "endpointslices", "", "", ns, true},
+		{"it creates EndpointSlices for Service copies", "create", "endpointslices", "", "", ns, true},
+		{"it updates EndpointSlices", "update", "endpointslices", "", "x", ns, true},
+		{"it deletes EndpointSlices", "delete", "endpointslices", "", "x", ns, true},
 		{"it cannot read the token Secret", "get", "secrets", "", n.Token, ns, false},
 		{"it cannot read the kubeconfig Secret", "get", "secrets", "", n.Kubeconfig, ns, false},
 		{"it cannot list Secrets", "list", "secrets", "", "", ns, false},
@@ -129,13 +137,19 @@ func TestAgentRoleAgainstTheAPIServer(t *testing.T) {
 		{"it cannot write pod status, the host kubelet's job", "update", "pods", "status", "x", ns, false},
 		{"it cannot exec into the server pod", "create", "pods", "exec", n.StatefulSet + "-0", ns, false},
 		{"it cannot touch another namespace", "list", "pods", "", "", "default", false},
+		{"it cannot create Services in another namespace", "create", "services", "", "", "default", false},
+		{"it cannot write core Endpoints", "create", "endpoints", "", "", ns, false},
+		{"it cannot write Service status (no load balancers)", "update", "services", "status", "x", ns, false},
 		{"it cannot change its own permissions", "update", "roles", "", AgentName(c), ns, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			group := ""
-			if tc.resource == "roles" {
+			switch tc.resource {
+			case "roles":
 				group = "rbac.authorization.k8s.io"
+			case "endpointslices":
+				group = "discovery.k8s.io"
 			}
 			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:   user,

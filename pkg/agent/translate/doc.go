@@ -26,5 +26,13 @@
 // projections of that Secret. Features that would let a tenant reach the host
 // (hostPath, host namespaces, privileged containers, host ports) or that need
 // host objects the agent does not sync (PersistentVolumeClaims, resource claims)
-// are refused with an UnsupportedError that names them.
+// are refused with an UnsupportedError that names them. Containers are pointed
+// at the virtual API (APIServer) instead of the host's, which the host kubelet
+// would inject.
+//
+// Services. A virtual Service becomes a selectorless ClusterIP (or headless)
+// host Service asking for the virtual ClusterIP; its EndpointSlices become host
+// slices whose endpoints are the host pods the agent runs for the virtual pods
+// they name, and nothing else, so a tenant cannot aim a host Service at an
+// arbitrary address.
 package translate

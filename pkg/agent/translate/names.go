@@ -60,6 +60,9 @@ type Config struct {
 	ClusterDNS string
 	// ClusterDomain is the virtual cluster's DNS domain. Default cluster.local.
 	ClusterDomain string
+	// APIServer, when its Host is set, is the virtual API address containers
+	// get as KUBERNETES_SERVICE_HOST/PORT instead of the host's.
+	APIServer APIServer
 	// HostNodeSelector and HostTolerations place host pods on host nodes.
 	HostNodeSelector map[string]string
 	HostTolerations  []corev1.Toleration

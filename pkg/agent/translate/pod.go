@@ -64,6 +64,7 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	spec.Subdomain = ""
 	spec.SetHostnameAsFQDN = nil
 	t.rewriteDNS(&spec, ns)
+	t.pointAtVirtualAPI(&spec)
 
 	for i := range spec.ImagePullSecrets {
 		spec.ImagePullSecrets[i].Name = rename(KindSecret, spec.ImagePullSecrets[i].Name)
