@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync"
 
+	"github.com/go-logr/logr"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,6 +38,7 @@ type ackGuard struct {
 	gsync *groupSync // nil in SyncCommit mode
 	ckpt  *checkpointer
 	gate  writeGate
+	log   logr.Logger
 	// createdStmt is createAt, prepared on first use (kine creates the table
 	// after the guard exists). The pure-Go driver has no statement cache, and
 	// parsing the query costs more than running it.
@@ -43,8 +46,8 @@ type ackGuard struct {
 	createdStmt *sql.Stmt
 }
 
-func newAckGuard(side *sql.DB, gsync *groupSync, ckpt *checkpointer, gate writeGate) *ackGuard {
-	return &ackGuard{side: side, gsync: gsync, ckpt: ckpt, gate: gate}
+func newAckGuard(side *sql.DB, gsync *groupSync, ckpt *checkpointer, gate writeGate, log logr.Logger) *ackGuard {
+	return &ackGuard{side: side, gsync: gsync, ckpt: ckpt, gate: gate, log: log}
 }
 
 // etcdWriteMethods are the etcd v3 calls that may change the database. Only
@@ -72,6 +75,35 @@ func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.Una
 	if !etcdWriteMethods[info.FullMethod] {
 		return handler(ctx, req)
 	}
+	for attempt := 1; ; attempt++ {
+		resp, err := a.write(ctx, req, handler)
+		if errors.Is(err, errNotStored) && attempt < createAttempts {
+			// kine swallows the error of a failed insert and reports the
+			// create as done (see storedRevision). Nothing was written, so
+			// sending the same transaction again is what a client's retry
+			// would do; its compare is evaluated afresh.
+			a.log.Info("kine reported a create that it did not store; sending it again",
+				"key", createKey(req), "attempt", attempt)
+			continue
+		}
+		if errors.Is(err, errNotStored) {
+			return nil, status.Error(codes.Unavailable,
+				"the create was not stored: the database did not take the write (full volume, or a transient failure); nothing was changed, retry")
+		}
+		return resp, err
+	}
+}
+
+// createAttempts bounds how often a create that kine reported but did not
+// store is sent again before the client gets an error.
+const createAttempts = 3
+
+// errNotStored: kine answered a create as successful but wrote no row.
+var errNotStored = errors.New("create not stored")
+
+// write passes one write to kine through the gate, waits for its fsync and
+// corrects a create's answer (see ackGuard).
+func (a *ackGuard) write(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
 	if err := a.gate.enter(ctx); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
@@ -86,19 +118,22 @@ func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.Una
 	if a.gsync != nil {
 		batch = a.gsync.start()
 	}
+	var checkErr error
 	if key := createKey(req); key != "" {
 		if txn, ok := resp.(*etcdserverpb.TxnResponse); ok && txn.Succeeded {
-			rev, err := a.storedRevision(ctx, key, txn.GetHeader().GetRevision())
-			if err != nil {
-				return nil, err
+			var rev int64
+			if rev, checkErr = a.storedRevision(ctx, key, txn.GetHeader().GetRevision()); checkErr == nil {
+				setRevision(txn, rev)
 			}
-			setRevision(txn, rev)
 		}
 	}
 	if batch != nil {
 		if err := a.gsync.wait(ctx, batch); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
+	}
+	if checkErr != nil {
+		return nil, checkErr
 	}
 	a.ckpt.wrote()
 	return resp, nil
@@ -148,8 +183,7 @@ func (a *ackGuard) storedRevision(ctx context.Context, key string, rev int64) (i
 		return 0, status.Errorf(codes.Unavailable, "confirming that the create was stored: %v", err)
 	}
 	if id == 0 || !fresh {
-		return 0, status.Error(codes.ResourceExhausted,
-			"the create was not stored: the database refused the write (is the volume full?); nothing was changed")
+		return 0, errNotStored
 	}
 	return id, nil
 }

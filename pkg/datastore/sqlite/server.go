@@ -116,7 +116,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, rerr error) {
 	gate := newWriteGate()
 	s.ckpt = newCheckpointer(s.side, gate)
 	go s.ckpt.run(serveCtx)
-	guard := newAckGuard(s.side, s.gsync, s.ckpt, gate)
+	guard := newAckGuard(s.side, s.gsync, s.ckpt, gate, log)
 	gopts := append(grpcOptions(), grpc.ChainUnaryInterceptor(guard.unaryInterceptor))
 	log.Info("starting kine on SQLite", "file", s.dbPath, "listenAddress", cfg.ListenAddress,
 		"sync", string(cfg.Sync), "compactInterval", cfg.CompactInterval.String())
