@@ -18,30 +18,44 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// TODO(etcd): scenario 6 of the suite — a 3-server etcd cluster surviving the
-// deletion of a member pod, a quorum-safe scale-down, orphan removal — lands
-// with the controller's etcd support (today it reports DatastoreReady=False,
-// NotSupportedYet). The shared agent (cmd/kubelet) is not checked either: it
-// does not exist yet.
+// Scenario 6 (etcd HA) is in etcd_test.go; the shared-mode agent's scenario
+// in agent_test.go.
 
 // workload is what the tests write into a virtual cluster and later expect
-// back: a namespace holding a ConfigMap and a Secret.
+// back: a namespace holding a ConfigMap and a Secret. Every request goes through
+// retry, so only a lost or wrong object fails a check.
 type workload struct{ namespace string }
 
 func (w workload) create(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.namespace}}, metav1.CreateOptions{}); err != nil {
+	// AlreadyExists counts as written: a retried create may have succeeded
+	// before its answer was lost; check verifies the content.
+	created := func(err error) error {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	if err := retry(func(ctx context.Context) error {
+		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.namespace}}, metav1.CreateOptions{})
+		return created(err)
+	}); err != nil {
 		t.Fatalf("creating namespace %s in the virtual cluster: %v", w.namespace, err)
 	}
-	if _, err := c.CoreV1().ConfigMaps(w.namespace).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": "hello " + w.namespace},
-	}, metav1.CreateOptions{}); err != nil {
+	if err := retry(func(ctx context.Context) error {
+		_, err := c.CoreV1().ConfigMaps(w.namespace).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": "hello " + w.namespace},
+		}, metav1.CreateOptions{})
+		return created(err)
+	}); err != nil {
 		t.Fatalf("creating a ConfigMap in the virtual cluster: %v", err)
 	}
-	if _, err := c.CoreV1().Secrets(w.namespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "credentials"}, Data: map[string][]byte{"password": []byte("s3cr3t-" + w.namespace)},
-	}, metav1.CreateOptions{}); err != nil {
+	if err := retry(func(ctx context.Context) error {
+		_, err := c.CoreV1().Secrets(w.namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "credentials"}, Data: map[string][]byte{"password": []byte("s3cr3t-" + w.namespace)},
+		}, metav1.CreateOptions{})
+		return created(err)
+	}); err != nil {
 		t.Fatalf("creating a Secret in the virtual cluster: %v", err)
 	}
 }
@@ -49,19 +63,27 @@ func (w workload) create(t *testing.T, c kubernetes.Interface) {
 // check fails unless every object of the workload is there with its content.
 func (w workload) check(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := c.CoreV1().Namespaces().Get(ctx, w.namespace, metav1.GetOptions{}); err != nil {
+	if err := retry(func(ctx context.Context) error {
+		_, err := c.CoreV1().Namespaces().Get(ctx, w.namespace, metav1.GetOptions{})
+		return err
+	}); err != nil {
 		t.Fatalf("namespace %s: %v", w.namespace, err)
 	}
-	cm, err := c.CoreV1().ConfigMaps(w.namespace).Get(ctx, "settings", metav1.GetOptions{})
-	if err != nil {
+	var cm *corev1.ConfigMap
+	if err := retry(func(ctx context.Context) (err error) {
+		cm, err = c.CoreV1().ConfigMaps(w.namespace).Get(ctx, "settings", metav1.GetOptions{})
+		return err
+	}); err != nil {
 		t.Fatalf("ConfigMap %s/settings: %v", w.namespace, err)
 	}
 	if got, want := cm.Data["greeting"], "hello "+w.namespace; got != want {
 		t.Fatalf("ConfigMap %s/settings holds %q, want %q", w.namespace, got, want)
 	}
-	s, err := c.CoreV1().Secrets(w.namespace).Get(ctx, "credentials", metav1.GetOptions{})
-	if err != nil {
+	var s *corev1.Secret
+	if err := retry(func(ctx context.Context) (err error) {
+		s, err = c.CoreV1().Secrets(w.namespace).Get(ctx, "credentials", metav1.GetOptions{})
+		return err
+	}); err != nil {
 		t.Fatalf("Secret %s/credentials: %v", w.namespace, err)
 	}
 	if got, want := string(s.Data["password"]), "s3cr3t-"+w.namespace; got != want {
@@ -129,8 +151,11 @@ func TestSQLiteDynamic(t *testing.T) {
 	t.Run("the written kubeconfig works", func(t *testing.T) {
 		write(t, "created")
 		checkAll(t)
-		list, err := v.client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
+		var list *corev1.NamespaceList
+		if err := retry(func(ctx context.Context) (err error) {
+			list, err = v.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		names := []string{}
@@ -278,7 +303,10 @@ func TestEphemeral(t *testing.T) {
 	serving(t, fresh, 3*time.Minute)
 	t.Logf("ephemeral cluster usable again %s after the pod deletion", time.Since(start).Round(time.Millisecond))
 
-	if _, err := fresh.CoreV1().Namespaces().Get(ctx, w.namespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if err := retry(func(ctx context.Context) error {
+		_, err := fresh.CoreV1().Namespaces().Get(ctx, w.namespace, metav1.GetOptions{})
+		return err
+	}); !apierrors.IsNotFound(err) {
 		t.Fatalf("namespace %s after the restart of an ephemeral cluster: want NotFound, got %v", w.namespace, err)
 	}
 	if _, err := v.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -231,6 +232,40 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	}
 }
 
+// transient reports whether err says nothing about the virtual cluster's
+// state: no answer at all (refused, reset, timed out) or a server that answered
+// it cannot serve right now. A k3s container restarting in place makes requests
+// fail like this for some seconds: real k3s exits when its embedded
+// controller-manager fails, and so does the stand-in when one of its children
+// exits.
+func transient(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
+
+// retryTransient is how long a single request of a step may keep failing
+// transiently: long enough for a k3s container restart with the kubelet's
+// back-off, short enough that a server that never comes back fails the step.
+const retryTransient = 3 * time.Minute
+
+// retry calls f until it returns nil or an error that is not transient, for at
+// most retryTransient, and returns its last error. Steps that are not about a
+// disruption read and write through it, so an unrelated restart of the k3s
+// container cannot fail them, while a wrong answer (NotFound, other content)
+// still does at once.
+func retry(f func(ctx context.Context) error) error {
+	var last error
+	_ = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, retryTransient, true, func(ctx context.Context) (bool, error) {
+		last = f(ctx)
+		return last == nil || !transient(last), nil
+	})
+	return last
+}
+
 // serving waits until the virtual API answers a list of namespaces.
 func serving(t *testing.T, c kubernetes.Interface, timeout time.Duration) {
 	t.Helper()
@@ -311,5 +346,9 @@ func dumpPod(t *testing.T, v *vcluster) {
 		tail := int64(15)
 		logs, err := host.CoreV1().Pods(v.namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c, TailLines: &tail}).DoRaw(context.Background())
 		t.Logf("  %s logs (err %v):\n%s", c, err, logs)
+		if cs := containerStatus(p, c); cs != nil && cs.RestartCount > 0 {
+			logs, err := host.CoreV1().Pods(v.namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c, TailLines: &tail, Previous: true}).DoRaw(context.Background())
+			t.Logf("  %s logs before its last restart (err %v):\n%s", c, err, logs)
+		}
 	}
 }

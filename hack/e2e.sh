@@ -18,6 +18,8 @@
 #                    becomes IfNotPresent so it can be pulled
 #        E2E_SKIP_IMAGES=1 reuse the tarballs in _output/images
 #        E2E_KEEP=1  leave the host cluster up after `test` (for debugging)
+#        E2E_DUMP_LINES=150 log lines per container in the dump a failed `test` prints
+#        E2E_LOCK_WAIT=3600 seconds to wait for another run on the same host cluster
 #        K3K_TOOLS_DIR (default ~/.cache/k3k/tools), HOSTCLUSTER_DIR (default /tmp/k3k-hostcluster)
 set -euo pipefail
 
@@ -84,20 +86,119 @@ install() {
       --set "k3sServer.image.pullPolicy=IfNotPresent,datastore.image.pullPolicy=IfNotPresent,sharedAgent.image.pullPolicy=IfNotPresent")
   fi
   say "helm install $RELEASE (server image ${E2E_SERVER_IMAGE:-from $IMAGES/values.yaml})"
-  "$HELM" upgrade --install "$RELEASE" charts/k3k -n "$RELEASE_NS" --create-namespace --wait --timeout 3m "${args[@]}"
+  interruptible "$HELM" upgrade --install "$RELEASE" charts/k3k -n "$RELEASE_NS" --create-namespace --wait --timeout 3m "${args[@]}"
+}
+
+# interruptible runs a long command in its own process group and waits for it
+# in the background: a SIGTERM to this script alone (a CI time limit) runs the
+# EXIT trap at once instead of after the command, and the trap (finish) ends
+# exactly that group.
+interruptible() {
+  setsid "$@" &
+  CHILD_PGID=$!
+  local rc=0
+  wait "$CHILD_PGID" || rc=$?
+  CHILD_PGID=
+  return "$rc"
+}
+
+# lock makes runs of this script on one host cluster directory take turns: `up`
+# stops any cluster of the same directory, so a second `make e2e` or `make demo`
+# would otherwise tear down the cluster under the first one's tests.
+lock() {
+  [ "$CLUSTER" = hostcluster ] || return 0
+  local file=$HOSTCLUSTER_DIR.lock
+  exec 9>"$file"
+  if ! flock -n 9; then
+    say "another run holds $file; waiting for it (at most ${E2E_LOCK_WAIT:-3600}s)"
+    flock -w "${E2E_LOCK_WAIT:-3600}" 9 || die "$file is still held"
+  fi
+}
+
+# dump prints what explains a failed run, for CI logs: nodes, then for the
+# chart's namespace and every namespace the suite or the demo made (e2e-*, demo)
+# the objects, events, pod descriptions and the logs of every container, the
+# instance before the last restart included; then the tail of each host cluster
+# component's log (the whole logs stay in $HOSTCLUSTER_DIR/log).
+dump() {
+  [ -x "$KUBECTL" ] && [ -n "${KUBECONFIG:-}" ] || return 0
+  local k=("$KUBECTL" --request-timeout=15s) ns pod c prev lines=${E2E_DUMP_LINES:-150}
+  section() { printf '\n===== %s =====\n' "$*"; }
+  section "nodes and pods"
+  "${k[@]}" get nodes -o wide || { say "the API does not answer: no cluster state to show"; return 0; }
+  "${k[@]}" get pods -A -o wide
+  for ns in $("${k[@]}" get namespaces -o name | sed 's#^namespace/##' | grep -E "^($RELEASE_NS|e2e-.*|demo)\$"); do
+    section "namespace $ns: objects"
+    "${k[@]}" -n "$ns" get clusters.k3k.io,statefulsets,pods,services,pvc,secrets -o wide
+    "${k[@]}" -n "$ns" get clusters.k3k.io -o yaml
+    section "namespace $ns: events"
+    "${k[@]}" -n "$ns" get events --sort-by=.lastTimestamp
+    section "namespace $ns: pods"
+    "${k[@]}" -n "$ns" describe pods
+    for pod in $("${k[@]}" -n "$ns" get pods -o name); do
+      # name=restartCount for every init container (native sidecars) and container
+      for c in $("${k[@]}" -n "$ns" get "$pod" -o jsonpath='{range .status.initContainerStatuses[*]}{.name}={.restartCount} {end}{range .status.containerStatuses[*]}{.name}={.restartCount} {end}'); do
+        section "logs $ns/${pod#pod/} ${c%=*} (last $lines lines)"
+        "${k[@]}" -n "$ns" logs "$pod" -c "${c%=*}" --tail="$lines"
+        prev=${c#*=}
+        if [ "$prev" != 0 ]; then
+          section "logs $ns/${pod#pod/} ${c%=*} before its restart #$prev (last $lines lines)"
+          "${k[@]}" -n "$ns" logs "$pod" -c "${c%=*}" --previous --tail="$lines"
+        fi
+      done
+    done
+  done
+  if [ "$CLUSTER" = hostcluster ]; then
+    local f
+    for f in "$HOSTCLUSTER_DIR"/log/*.log; do
+      [ -f "$f" ] || continue
+      section "host cluster $(basename "$f") (last 40 lines)"
+      tail -n 40 "$f"
+    done
+  fi
+  section "end of dump"
+}
+
+# finish runs on every exit of `test`: on failure it dumps the cluster's state,
+# then it stops the host cluster (unless E2E_KEEP=1). `down` touches only what
+# `up` started (hack/hostcluster/hostcluster.sh).
+finish() {
+  local rc=$1
+  set +e
+  trap - EXIT INT TERM
+  if [ -n "${CHILD_PGID:-}" ] && kill -0 "$CHILD_PGID" 2>/dev/null; then
+    say "stopping process group $CHILD_PGID (helm or go test)"
+    kill -TERM -- "-$CHILD_PGID" 2>/dev/null
+    sleep 2
+    kill -KILL -- "-$CHILD_PGID" 2>/dev/null
+  fi
+  if [ "$rc" != 0 ] && [ -n "${CLUSTER_STARTED:-}" ]; then
+    say "failed (exit $rc): dumping the cluster's state"
+    dump 2>&1
+  fi
+  if [ -n "${CLUSTER_STARTED:-}" ] && [ "$CLUSTER" = hostcluster ]; then
+    if [ "${E2E_KEEP:-}" = 1 ]; then
+      say "E2E_KEEP=1: the host cluster stays up ('$HC down' removes it)"
+    else
+      down
+    fi
+  fi
+  say "took $((SECONDS - START))s"
+  exit "$rc"
 }
 
 cmd_test() {
   START=$SECONDS # global: the EXIT trap runs after this function returned
+  lock
   prepare
-  if [ "$CLUSTER" = hostcluster ] && [ "${E2E_KEEP:-}" != 1 ]; then
-    trap 'rc=$?; down; say "took $((SECONDS - START))s"; exit $rc' EXIT
-    trap 'exit 130' INT TERM
-  fi
+  trap 'finish $?' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  CLUSTER_STARTED=1 # from here on `up` may have started something, also when it fails
   up
   install
   say "go test -tags e2e ./e2e/ $*"
-  E2E_K3KCLI=$BIN/k3kcli go test -tags e2e -count=1 -v -timeout 30m ./e2e/ "$@"
+  E2E_K3KCLI=$BIN/k3kcli interruptible go test -tags e2e -count=1 -v -timeout 30m ./e2e/ "$@"
   say "suite passed"
 }
 
@@ -108,6 +209,7 @@ node_ip() {
 
 cmd_demo() {
   local start=$SECONDS
+  lock
   prepare
   up
   install
@@ -136,6 +238,7 @@ EOF
 }
 
 cmd_demo_down() {
+  lock
   if [ "$CLUSTER" = existing ]; then
     "$BIN/k3kcli" cluster delete demo -n demo --ignore-not-found || true
     "$HELM" uninstall "$RELEASE" -n "$RELEASE_NS" || true

@@ -10,14 +10,15 @@
 #   hostcluster.sh status             what runs, and the node
 #
 # Needs root. Everything the cluster owns lives under $HOSTCLUSTER_DIR (default
-# /tmp/k3k-hostcluster); `down` stops only processes whose command line names that
-# directory, plus processes in the cluster's own pod cgroup.
+# /tmp/k3k-hostcluster); `down` stops only the cluster's own programs (binaries it
+# built or containerd, with that directory on their command line) and the
+# containers of its own containerd shims.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DIR=${HOSTCLUSTER_DIR:-/tmp/k3k-hostcluster}
 DIR=${DIR%/}
-TOOLS=${K3K_TOOLS_DIR:-/root/.cache/k3k/tools}
+TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 PACKAGES="containerd runc containernetworking-plugins iptables conntrack busybox-static"
 
@@ -57,8 +58,20 @@ until_ok() {
   done
 }
 
-# ours PID: the process is alive and its command line names our directory.
-ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF "$DIR/"; }
+# ours PID: the process runs one of the cluster's programs (a binary under $TOOLS
+# or $BIN, containerd or a containerd shim) and its command line names our
+# directory. Both must hold, so a shell, editor or `tail` that merely names a
+# file of ours is never taken for part of the cluster.
+ours() {
+  local exe
+  [ -r "/proc/$1/cmdline" ] && grep -qF "$DIR/" < <(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
+  exe=${exe% (deleted)} # rebuilt since it started
+  case "$exe" in
+    "$(realpath -m "$TOOLS")"/* | "$(realpath -m "$BIN")"/* | */containerd | */containerd-shim*) return 0 ;;
+  esac
+  return 1
+}
 
 launch() {
   local name=$1; shift
@@ -83,24 +96,29 @@ cmd_build() {
   need_root
   if ! dpkg -s $PACKAGES >/dev/null 2>&1; then
     say "installing $PACKAGES"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
+    # Wait for another apt or dpkg run instead of failing on its lock; retry
+    # downloads that break off.
+    local apt=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+    apt-get "${apt[@]}" update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get "${apt[@]}" install -y -qq --no-install-recommends $PACKAGES >/dev/null
   fi
   say "kubernetes and etcd binaries into $TOOLS"
   "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd
   mkdir -p "$BIN" "$IMAGES"
   say "harness tools"
   (cd "$ROOT/hack/hostcluster/tools" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$BIN/" ./mkimage ./pause ./pki ./provisioner)
-  if [ ! -x "$BIN/coredns" ] || [ "$(cat "$BIN/.coredns.version" 2>/dev/null)" != "$COREDNS_VERSION" ]; then
-    say "coredns $COREDNS_VERSION"
-    GOBIN=$BIN CGO_ENABLED=0 go install -trimpath -ldflags=-s "github.com/coredns/coredns@$COREDNS_VERSION"
-    echo "$COREDNS_VERSION" >"$BIN/.coredns.version"
+  # CoreDNS lives beside the other upstream binaries, in the cache that outlives
+  # $DIR (which may be under /tmp).
+  if [ ! -x "$TOOLS/coredns" ] || [ "$(cat "$TOOLS/.coredns.version" 2>/dev/null)" != "$COREDNS_VERSION" ]; then
+    say "coredns $COREDNS_VERSION into $TOOLS"
+    GOBIN=$TOOLS CGO_ENABLED=0 go install -trimpath -ldflags=-s "github.com/coredns/coredns@$COREDNS_VERSION"
+    echo "$COREDNS_VERSION" >"$TOOLS/.coredns.version"
   fi
   [ -x /bin/busybox ] || die "/bin/busybox missing (package busybox-static)"
   say "base images"
   "$BIN/mkimage" -o "$IMAGES/pause.tar" -t registry.k8s.io/pause:3.10 -entrypoint /pause /pause="$BIN/pause"
   "$BIN/mkimage" -o "$IMAGES/coredns.tar" -t hostcluster.local/coredns:v1 \
-    -entrypoint /coredns -cmd "-conf /etc/coredns/Corefile" /coredns="$BIN/coredns"
+    -entrypoint /coredns -cmd "-conf /etc/coredns/Corefile" /coredns="$TOOLS/coredns"
   # toolbox: busybox and its applets, for test pods (sh, wget, nslookup, httpd, …).
   local links=()
   for applet in $(/bin/busybox --list); do

@@ -30,7 +30,8 @@ images: ## Build image tarballs and a values.yaml under _output/images (IMAGE_TA
 # can be pulled; E2E_CLUSTER=existing uses $KUBECONFIG instead of the host cluster.
 E2E_ARGS ?=
 
-e2e: ## End-to-end suite: host cluster up, images, helm install, go test -tags e2e ./e2e/, host cluster down (root)
+e2e: ## The k3s stand-in's own tests, then the end-to-end suite: host cluster up, images, helm install, go test -tags e2e ./e2e/, host cluster down (root)
+	cd e2e/k3s-standin && $(E2E_ENV) $(GO) test -count=1 ./...
 	$(E2E_ENV) hack/e2e.sh test $(E2E_ARGS)
 
 demo: ## Host cluster, chart and one virtual cluster "demo"; prints its kubeconfig (root)

@@ -1,0 +1,179 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// TestEtcdHA is scenario 6: a 3-server cluster on etcd (every server pod runs a
+// member named after the pod, reached by its DNS name). One server pod deleted
+// comes back on a new IP as the same member; every server pod deleted at once
+// (a host reboot) comes back with no manual step; scale 3 → 1 removes members
+// one at a time without losing quorum. The workload written at the start must
+// be there after every step.
+func TestEtcdHA(t *testing.T) {
+	v := createCluster(t, "ha", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
+	crc := clusterClient(t)
+	members := waitMembers(t, crc, v, 3, 10*time.Minute)
+	t.Logf("etcd members: %v", members)
+	w := workload{namespace: "ha-data"}
+	w.create(t, v.client)
+
+	t.Run("one server pod is deleted and rejoins on a new IP as the same member", func(t *testing.T) {
+		pod := "k3k-ha-server-1"
+		old := getPod(t, v, pod)
+		start := time.Now()
+		if err := host.CoreV1().Pods(v.namespace).Delete(context.Background(), pod, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		fresh := waitPodReplaced(t, v, old, 8*time.Minute)
+		if fresh.Status.PodIP == old.Status.PodIP {
+			t.Fatalf("the new pod has the old IP %s; the test proves nothing", old.Status.PodIP)
+		}
+		after := waitMembers(t, crc, v, 3, 8*time.Minute)
+		if !maps.Equal(after, members) {
+			t.Fatalf("members changed from %v to %v; a pod with a new IP must stay the same member", members, after)
+		}
+		t.Logf("%s %s → %s: member healthy again after %s", pod, old.Status.PodIP, fresh.Status.PodIP, time.Since(start).Round(time.Second))
+		w.check(t, v.client)
+	})
+
+	t.Run("every server pod is deleted at once and the cluster comes back by itself", func(t *testing.T) {
+		var olds []*corev1.Pod
+		for i := range 3 {
+			olds = append(olds, getPod(t, v, fmt.Sprintf("k3k-ha-server-%d", i)))
+		}
+		start := time.Now()
+		for _, p := range olds {
+			if err := host.CoreV1().Pods(v.namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range olds {
+			waitPodReplaced(t, v, p, 10*time.Minute)
+		}
+		after := waitMembers(t, crc, v, 3, 10*time.Minute)
+		if !maps.Equal(after, members) {
+			t.Fatalf("members changed from %v to %v after a full restart", members, after)
+		}
+		serving(t, v.client, 5*time.Minute)
+		t.Logf("all three server pods replaced; quorum and the virtual API back after %s", time.Since(start).Round(time.Second))
+		w.check(t, v.client)
+	})
+
+	t.Run("scale 3 to 1 removes members one at a time", func(t *testing.T) {
+		c := &v1beta1.Cluster{}
+		if err := crc.Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Spec.Servers = 1
+		if err := crc.Patch(context.Background(), c, patch); err != nil {
+			t.Fatal(err)
+		}
+		after := waitMembers(t, crc, v, 1, 8*time.Minute)
+		if after["k3k-ha-server-0"] != members["k3k-ha-server-0"] {
+			t.Fatalf("after scaling down the members are %v, want server-0 (%s) alone", after, members["k3k-ha-server-0"])
+		}
+		eventually(t, 5*time.Minute, "the server pods above ordinal 0 to go", func(ctx context.Context) (bool, error) {
+			pods, err := host.CoreV1().Pods(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=ha,k3k.io/component=server"})
+			return err == nil && len(pods.Items) == 1, err
+		})
+		serving(t, v.client, 3*time.Minute)
+		w.check(t, v.client)
+	})
+}
+
+// clusterClient reads Cluster objects on the host.
+func clusterClient(t *testing.T) client.Client {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.hostKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitMembers waits until the Cluster's status lists exactly n voting members,
+// all healthy, one leading, and the datastore ready; it returns name → id.
+func waitMembers(t *testing.T, crc client.Client, v *vcluster, n int, timeout time.Duration) map[string]string {
+	t.Helper()
+	var got map[string]string
+	var last string
+	eventually(t, timeout, fmt.Sprintf("%d healthy etcd members", n), func(ctx context.Context) (bool, error) {
+		c := &v1beta1.Cluster{}
+		if err := crc.Get(ctx, client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
+			return false, err
+		}
+		ds := c.Status.Datastore
+		if ds == nil {
+			return false, nil
+		}
+		if now := fmt.Sprintf("%+v quorum %+v", ds.Members, ds.Quorum); now != last {
+			t.Logf("etcd status: %s", now) // each change, to explain a timeout
+			last = now
+		}
+		leaders := 0
+		got = map[string]string{}
+		for _, m := range ds.Members {
+			if m.Learner || !m.Healthy {
+				return false, nil
+			}
+			if m.Leader {
+				leaders++
+			}
+			got[m.Name] = m.ID
+		}
+		ready := slices.ContainsFunc(c.Status.Conditions, func(c metav1.Condition) bool {
+			return c.Type == "DatastoreReady" && c.Status == metav1.ConditionTrue
+		})
+		return len(ds.Members) == n && leaders == 1 && ready, nil
+	})
+	return got
+}
+
+func getPod(t *testing.T, v *vcluster, name string) *corev1.Pod {
+	t.Helper()
+	p, err := host.CoreV1().Pods(v.namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitPodReplaced waits for a ready pod of old's name with another UID.
+func waitPodReplaced(t *testing.T, v *vcluster, old *corev1.Pod, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var fresh *corev1.Pod
+	eventually(t, timeout, "a new ready "+old.Name, func(ctx context.Context) (bool, error) {
+		p, err := host.CoreV1().Pods(v.namespace).Get(ctx, old.Name, metav1.GetOptions{})
+		if err != nil || p.UID == old.UID || !podReady(p) {
+			return false, nil
+		}
+		fresh = p
+		return true, nil
+	})
+	return fresh
+}
