@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/pkg/agent/translate"
@@ -36,6 +35,18 @@ func runningPod(t *testing.T, ns, name, ip string) *corev1.Pod {
 		}
 		return nil
 	})
+}
+
+// createVirtualService writes a virtual Service and the EndpointSlice the
+// virtual EndpointSlice controller would write for it.
+func createVirtualService(t *testing.T, svc *corev1.Service, slice *discoveryv1.EndpointSlice) {
+	t.Helper()
+	if _, err := virtAdmin.CoreV1().Services(svc.Namespace).Create(ctx(t), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := virtAdmin.DiscoveryV1().EndpointSlices(slice.Namespace).Create(ctx(t), slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // virtualSlice is the EndpointSlice the virtual EndpointSlice controller
@@ -121,12 +132,7 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 
 	// A NodePort Service with a ClusterIP that is free on the host: the host
 	// copy has the same ClusterIP, no selector, no node port.
-	if _, err := virtAdmin.CoreV1().Services(ns).Create(c, webService(ns, "web", "10.0.0.50", corev1.ServiceTypeNodePort), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := virtAdmin.DiscoveryV1().EndpointSlices(ns).Create(c, virtualSlice(ns, "web-a", "web", web0, web1), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createVirtualService(t, webService(ns, "web", "10.0.0.50", corev1.ServiceTypeNodePort), virtualSlice(ns, "web-a", "web", web0, web1))
 	hs := waitHostService(t, ns, "web", nil)
 	if hs.Spec.ClusterIP != "10.0.0.50" || hs.Spec.Type != corev1.ServiceTypeClusterIP || hs.Spec.Selector != nil {
 		t.Errorf("host Service: clusterIP %s type %s selector %v; want the virtual ClusterIP, ClusterIP, no selector", hs.Spec.ClusterIP, hs.Spec.Type, hs.Spec.Selector)
@@ -256,40 +262,13 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 // again (resync) with nothing changed: no write may reach either API server,
 // apart from the node's heartbeat.
 func TestServiceSteadyStateWritesNothing(t *testing.T) {
-	c := ctx(t)
 	const ns = "svc-quiet"
 	virtualNamespace(t, ns)
 	app := runningPod(t, ns, "app", "10.244.3.10")
-	if _, err := virtAdmin.CoreV1().Services(ns).Create(c, webService(ns, "app", "", corev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := virtAdmin.DiscoveryV1().EndpointSlices(ns).Create(c, virtualSlice(ns, "app-a", "app", app), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createVirtualService(t, webService(ns, "app", "", corev1.ServiceTypeClusterIP), virtualSlice(ns, "app-a", "app", app))
 	waitHostService(t, ns, "app", nil)
 	waitHostEndpoints(t, ns, "app-a", app)
-	resyncs(t, ns+"/app", 1)
-
-	hostBefore, virtualBefore := hostWrites.count(), virtualWrites.count()
-	resyncs(t, ns+"/app", 2)
-	if w := hostWrites.since(hostBefore); len(w) > 0 {
-		t.Errorf("writes to the host in steady state: %v", w)
-	}
-	if w := virtualWrites.since(virtualBefore); len(w) > 0 {
-		t.Errorf("writes to the virtual cluster in steady state: %v", w)
-	}
-}
-
-// resyncs waits for n more completed passes over a virtual Service.
-func resyncs(t *testing.T, key string, n uint64) {
-	t.Helper()
-	start := theAgent.ServiceReconciled(key)
-	eventually(t, fmt.Sprintf("%d more reconciles of %s", n, key), func() error {
-		if theAgent.ServiceReconciled(key) < start+n {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	expectQuietResyncs(t, theAgent.ServiceReconciled, ns+"/app")
 }
 
 // TestServiceSyncSurvivesVirtualAPIServerRestart stops the virtual apiserver
@@ -300,30 +279,12 @@ func TestServiceSyncSurvivesVirtualAPIServerRestart(t *testing.T) {
 	const ns = "svc-restart"
 	virtualNamespace(t, ns)
 	db := runningPod(t, ns, "db", "10.244.4.10")
-	if _, err := virtAdmin.CoreV1().Services(ns).Create(c, webService(ns, "db", "", corev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := virtAdmin.DiscoveryV1().EndpointSlices(ns).Create(c, virtualSlice(ns, "db-a", "db", db), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createVirtualService(t, webService(ns, "db", "", corev1.ServiceTypeClusterIP), virtualSlice(ns, "db-a", "db", db))
 	hs := waitHostService(t, ns, "db", nil)
 	waitHostEndpoints(t, ns, "db-a", db)
 
-	virtualAPI.Stop()
-	proxy.SetTarget("")
-	eventually(t, "agent notices the virtual server is gone", func() error {
-		if theAgent.Ready() == nil {
-			return errors.New("still ready")
-		}
-		return nil
-	})
-	restarted, err := startVirtual(c, "virtual-services")
-	if err != nil {
-		t.Fatal(err)
-	}
-	virtualAPI = restarted
-	virtAdmin = kubernetes.NewForConfigOrDie(restarted.RESTConfig())
-	proxy.SetTarget(restarted.URL)
+	stopVirtual(t)
+	restartVirtual(t, "virtual-services")
 	eventually(t, "agent ready again", theAgent.Ready)
 
 	if s, err := hostAdmin.CoreV1().Services(hostNamespace).Get(c, hs.Name, metav1.GetOptions{}); err != nil || s.UID != hs.UID {
@@ -331,12 +292,7 @@ func TestServiceSyncSurvivesVirtualAPIServerRestart(t *testing.T) {
 	}
 	// Changes after the restart are synced: a new Service, and a changed one.
 	cache := runningPod(t, ns, "cache", "10.244.4.11")
-	if _, err := virtAdmin.CoreV1().Services(ns).Create(c, webService(ns, "cache", "", corev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := virtAdmin.DiscoveryV1().EndpointSlices(ns).Create(c, virtualSlice(ns, "cache-a", "cache", cache), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createVirtualService(t, webService(ns, "cache", "", corev1.ServiceTypeClusterIP), virtualSlice(ns, "cache-a", "cache", cache))
 	waitHostService(t, ns, "cache", nil)
 	waitHostEndpoints(t, ns, "cache-a", cache)
 	eventually(t, "second endpoint added to db", func() error {

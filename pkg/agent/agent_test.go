@@ -163,6 +163,75 @@ func waitVirtualPhase(t *testing.T, ns, name string, phase corev1.PodPhase, chec
 	return vp
 }
 
+// runVirtual creates a virtual pod, lets the host "kubelet" run its host pod
+// and waits until the virtual pod reports Running. It returns the host pod.
+func runVirtual(t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	createVirtual(t, p)
+	hp := waitHostPod(t, p.Namespace, p.Name)
+	hostKubeletRuns(t, hp.Name, nil)
+	waitVirtualPhase(t, p.Namespace, p.Name, corev1.PodRunning, nil)
+	return hp
+}
+
+// waitPasses waits for n more completed passes over key, as reconciled
+// counts them (theAgent.Reconciled for pods, theAgent.ServiceReconciled for
+// Services).
+func waitPasses(t *testing.T, reconciled func(key string) uint64, key string, n uint64) {
+	t.Helper()
+	start := reconciled(key)
+	eventually(t, fmt.Sprintf("%d more reconciles of %s", n, key), func() error {
+		if reconciled(key) < start+n {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
+
+// expectQuietResyncs lets key be reconciled once more, so that the writes
+// earlier changes caused are done, then twice again with nothing changed:
+// those two passes may write nothing to either API server (the node's
+// heartbeat aside).
+func expectQuietResyncs(t *testing.T, reconciled func(key string) uint64, key string) {
+	t.Helper()
+	waitPasses(t, reconciled, key, 1)
+	hostBefore, virtualBefore := hostWrites.count(), virtualWrites.count()
+	waitPasses(t, reconciled, key, 2)
+	if w := hostWrites.since(hostBefore); len(w) > 0 {
+		t.Errorf("writes to the host in steady state: %v", w)
+	}
+	if w := virtualWrites.since(virtualBefore); len(w) > 0 {
+		t.Errorf("writes to the virtual cluster in steady state: %v", w)
+	}
+}
+
+// stopVirtual stops the virtual apiserver (its pod restarting), so that the
+// address the agent uses answers nothing, and waits until the agent notices.
+func stopVirtual(t *testing.T) {
+	t.Helper()
+	virtualAPI.Stop()
+	proxy.SetTarget("")
+	eventually(t, "agent notices the virtual server is gone", func() error {
+		if theAgent.Ready() == nil {
+			return errors.New("still ready")
+		}
+		return nil
+	})
+}
+
+// restartVirtual starts the virtual apiserver again on the same datastore
+// (its files under dir) behind the same address.
+func restartVirtual(t *testing.T, dir string) {
+	t.Helper()
+	restarted, err := startVirtual(ctx(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	virtualAPI = restarted
+	virtAdmin = kubernetes.NewForConfigOrDie(restarted.RESTConfig())
+	proxy.SetTarget(restarted.URL)
+}
+
 func waitGone(t *testing.T, what string, get func() error) {
 	t.Helper()
 	eventually(t, what+" gone", func() error {
@@ -417,10 +486,7 @@ func TestAgentFailsPodWhoseHostPodIsLost(t *testing.T) {
 	c := ctx(t)
 	const ns = "lost"
 	virtualNamespace(t, ns)
-	createVirtual(t, boundPod(ns, "victim"))
-	hp := waitHostPod(t, ns, "victim")
-	hostKubeletRuns(t, hp.Name, nil)
-	waitVirtualPhase(t, ns, "victim", corev1.PodRunning, nil)
+	hp := runVirtual(t, boundPod(ns, "victim"))
 
 	// A host administrator (or an eviction) removes the host pod.
 	if err := hostAdmin.CoreV1().Pods(hostNamespace).Delete(c, hp.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
@@ -504,59 +570,24 @@ func TestAgentSteadyStateWritesNothing(t *testing.T) {
 	if _, err := virtAdmin.CoreV1().ConfigMaps(ns).Create(c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"a": "b"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	createVirtual(t, boundPod(ns, "app", func(p *corev1.Pod) {
+	runVirtual(t, boundPod(ns, "app", func(p *corev1.Pod) {
 		p.Spec.Volumes = []corev1.Volume{
 			{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}},
 			{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}},
 		}
 	}))
-	hp := waitHostPod(t, ns, "app")
-	hostKubeletRuns(t, hp.Name, nil)
-	waitVirtualPhase(t, ns, "app", corev1.PodRunning, nil)
-	// One more pass, so that the writes the status change caused are done.
-	n := theAgent.Reconciled(ns + "/app")
-	eventually(t, "another reconcile", func() error {
-		if theAgent.Reconciled(ns+"/app") <= n {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-
-	hostBefore, virtualBefore := hostWrites.count(), virtualWrites.count()
-	n = theAgent.Reconciled(ns + "/app")
-	eventually(t, "two resyncs of an unchanged pod", func() error {
-		if theAgent.Reconciled(ns+"/app") < n+2 {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	if w := hostWrites.since(hostBefore); len(w) > 0 {
-		t.Errorf("writes to the host in steady state: %v", w)
-	}
-	if w := virtualWrites.since(virtualBefore); len(w) > 0 {
-		t.Errorf("writes to the virtual cluster in steady state: %v", w)
-	}
+	expectQuietResyncs(t, theAgent.Reconciled, ns+"/app")
 }
 
 func TestAgentSurvivesVirtualAPIServerRestart(t *testing.T) {
 	c := ctx(t)
 	const ns = "steady"
 	virtualNamespace(t, ns)
-	createVirtual(t, boundPod(ns, "app"))
-	hp := waitHostPod(t, ns, "app")
-	hostKubeletRuns(t, hp.Name, nil)
-	waitVirtualPhase(t, ns, "app", corev1.PodRunning, nil)
+	hp := runVirtual(t, boundPod(ns, "app"))
 
 	// The virtual server goes away (its pod restarting): the Service address
 	// answers nothing.
-	virtualAPI.Stop()
-	proxy.SetTarget("")
-	eventually(t, "agent notices the virtual server is gone", func() error {
-		if theAgent.Ready() == nil {
-			return errors.New("still ready")
-		}
-		return nil
-	})
+	stopVirtual(t)
 	// Meanwhile the workload lives on: the host pod is untouched, and its
 	// container restarts once.
 	if p, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hp.Name, metav1.GetOptions{}); err != nil || p.UID != hp.UID || p.DeletionTimestamp != nil {
@@ -565,13 +596,7 @@ func TestAgentSurvivesVirtualAPIServerRestart(t *testing.T) {
 	hostKubeletRuns(t, hp.Name, func(s *corev1.PodStatus) { s.ContainerStatuses[0].RestartCount = 1 })
 
 	// The server comes back on the same datastore, behind the same address.
-	restarted, err := startVirtual(c, "virtual-2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	virtualAPI = restarted
-	virtAdmin = kubernetes.NewForConfigOrDie(restarted.RESTConfig())
-	proxy.SetTarget(restarted.URL)
+	restartVirtual(t, "virtual-2")
 
 	waitVirtualPhase(t, ns, "app", corev1.PodRunning, func(p *corev1.Pod) error {
 		if p.Status.ContainerStatuses[0].RestartCount != 1 {
@@ -605,9 +630,6 @@ func TestAgentFollowsCredentialChange(t *testing.T) {
 	}
 	const ns = "rotated"
 	virtualNamespace(t, ns)
-	createVirtual(t, boundPod(ns, "app"))
-	hp := waitHostPod(t, ns, "app")
-	hostKubeletRuns(t, hp.Name, nil)
-	waitVirtualPhase(t, ns, "app", corev1.PodRunning, nil)
+	runVirtual(t, boundPod(ns, "app"))
 	eventually(t, "agent ready with the new credentials", theAgent.Ready)
 }

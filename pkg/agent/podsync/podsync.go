@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -18,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -45,14 +44,13 @@ type Config struct {
 
 // Syncer runs the virtual node's pods on the host.
 type Syncer struct {
-	cfg Config
-	tr  *translate.Translator
+	cfg      Config
+	tr       *translate.Translator
+	progress syncloop.Progress // keys are virtual pod keys
 
 	mu      sync.Mutex
 	written map[string]written // "kind/name" → what was last written
 	tokens  map[string]token   // "identity secret/key" → issued token
-	synced  bool               // caches of the current Run have synced
-	passes  map[string]uint64  // virtual pod key → completed reconciles
 }
 
 type written struct {
@@ -83,16 +81,12 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Syncer{cfg: cfg, tr: cfg.Translator, written: map[string]written{}, tokens: map[string]token{}, passes: map[string]uint64{}}, nil
+	return &Syncer{cfg: cfg, tr: cfg.Translator, written: map[string]written{}, tokens: map[string]token{}}, nil
 }
 
 // Synced reports whether the current Run's caches have synced: the agent is
 // in touch with both API servers.
-func (s *Syncer) Synced() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.synced
-}
+func (s *Syncer) Synced() bool { return s.progress.Synced() }
 
 // run is one Run's clients, caches and queue.
 type run struct {
@@ -103,7 +97,7 @@ type run struct {
 	vSecrets corelisters.SecretLister
 	hPods    corelisters.PodLister
 	hIndex   cache.Indexer
-	queue    workqueue.TypedRateLimitingInterface[string]
+	loop     *syncloop.Loop
 }
 
 // refsIndex indexes host pods by the host ConfigMaps ("configmap/NAME") and
@@ -113,7 +107,6 @@ const refsIndex = "refs"
 // Run syncs until ctx ends, with virtual as the virtual cluster's client. It
 // returns nil when ctx ends.
 func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
-	log := logr.FromContextOrDiscard(ctx)
 	tc := s.tr.Config()
 	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
 		informers.WithNamespace(tc.HostNamespace),
@@ -126,14 +119,17 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 	// that use them, not on their own.
 	objFactory := informers.NewSharedInformerFactory(virtual, 0)
 
-	r := &run{
-		Syncer:  s,
-		virtual: virtual,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "k3k-agent-pods"}),
-	}
-	defer r.queue.ShutDown()
+	r := &run{Syncer: s, virtual: virtual}
+	r.loop = syncloop.New(syncloop.Config{
+		Name:       "k3k-agent-pods",
+		Noun:       "pod",
+		Workers:    s.cfg.Workers,
+		Progress:   &s.progress,
+		Reconcile:  r.reconcile,
+		Exists:     r.exists,
+		Background: []func(context.Context){s.pruneEvery},
+	})
+	defer r.loop.ShutDown()
 
 	hostPods := hostFactory.Core().V1().Pods().Informer()
 	if err := hostPods.AddIndexers(cache.Indexers{refsIndex: indexRefs}); err != nil {
@@ -150,69 +146,35 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{vPods.Informer(), r.handler(r.enqueueVirtual)},
-		{hostPods, r.handler(r.enqueueHost)},
-		{objFactory.Core().V1().ConfigMaps().Informer(), r.handler(r.enqueueUsers(false))},
-		{objFactory.Core().V1().Secrets().Informer(), r.handler(r.enqueueUsers(true))},
+		{vPods.Informer(), syncloop.Handler(r.enqueueVirtual)},
+		{hostPods, syncloop.Handler(r.enqueueHost)},
+		{objFactory.Core().V1().ConfigMaps().Informer(), syncloop.Handler(r.enqueueUsers(false))},
+		{objFactory.Core().V1().Secrets().Informer(), syncloop.Handler(r.enqueueUsers(true))},
 	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
 			return fmt.Errorf("watching: %w", err)
 		}
 	}
-	for _, f := range []informers.SharedInformerFactory{hostFactory, podFactory, objFactory} {
-		f.Start(ctx.Done())
-		defer f.Shutdown()
-	}
-	// No worker acts before every cache is complete: an incomplete virtual
-	// cache would look like deleted pods.
-	for _, f := range []informers.SharedInformerFactory{hostFactory, podFactory, objFactory} {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("cache of %v did not sync", typ)
-			}
-		}
-	}
-	s.setSynced(true)
-	defer s.setSynced(false)
-	log.Info("pod sync started")
-
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(s.cfg.RewriteInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				s.prune()
-			}
-		}
-	})
-	for range s.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r.next(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	r.queue.ShutDown()
-	wg.Wait()
-	return nil
+	return r.loop.Run(ctx, hostFactory, podFactory, objFactory)
 }
 
 // Reconciled counts the completed, error-free passes over one virtual pod
 // (key "namespace/name"). It is forgotten when the pod is gone.
-func (s *Syncer) Reconciled(key string) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.passes[key]
+func (s *Syncer) Reconciled(key string) uint64 { return s.progress.Reconciled(key) }
+
+// pruneEvery prunes every RewriteInterval until ctx ends.
+func (s *Syncer) pruneEvery(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.RewriteInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.prune()
+		}
+	}
 }
 
 // prune drops what is no longer worth remembering: copies written longer ago
@@ -234,28 +196,9 @@ func (s *Syncer) prune() {
 	}
 }
 
-func (s *Syncer) setSynced(v bool) {
-	s.mu.Lock()
-	s.synced = v
-	s.mu.Unlock()
-}
-
-func (r *run) handler(enqueue func(obj any)) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			enqueue(obj)
-		},
-	}
-}
-
 func (r *run) enqueueVirtual(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok {
-		r.queue.Add(p.Namespace + "/" + p.Name)
+		r.loop.Add(p.Namespace + "/" + p.Name)
 	}
 }
 
@@ -265,7 +208,7 @@ func (r *run) enqueueHost(obj any) {
 		return
 	}
 	if k, ok := r.tr.VirtualKeyOf(p); ok && k.Kind == translate.KindPod {
-		r.queue.Add(k.Namespace + "/" + k.Name)
+		r.loop.Add(k.Namespace + "/" + k.Name)
 	}
 }
 
@@ -288,7 +231,7 @@ func (r *run) enqueueUsers(secret bool) func(obj any) {
 				names = refs.Secrets
 			}
 			if i := sort.SearchStrings(names, m.GetName()); i < len(names) && names[i] == m.GetName() {
-				r.queue.Add(p.Namespace + "/" + p.Name)
+				r.loop.Add(p.Namespace + "/" + p.Name)
 			}
 		}
 	}
@@ -319,31 +262,4 @@ func indexRefs(obj any) ([]string, error) {
 		out = append(out, "secret/"+n)
 	}
 	return out, nil
-}
-
-// next reconciles one key; false once the queue is shut down.
-func (r *run) next(ctx context.Context) bool {
-	key, quit := r.queue.Get()
-	if quit {
-		return false
-	}
-	defer r.queue.Done(key)
-	requeue, err := r.reconcile(ctx, key)
-	switch {
-	case err != nil:
-		if ctx.Err() == nil {
-			logr.FromContextOrDiscard(ctx).Info("pod sync failed; retrying", "pod", key, "error", err.Error())
-		}
-		r.queue.AddRateLimited(key)
-	case requeue:
-		r.queue.AddRateLimited(key)
-	default:
-		r.queue.Forget(key)
-	}
-	if err == nil && r.exists(key) {
-		r.mu.Lock()
-		r.passes[key]++
-		r.mu.Unlock()
-	}
-	return true
 }

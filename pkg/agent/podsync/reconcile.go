@@ -313,9 +313,9 @@ func (r *run) issueTokens(ctx context.Context, vpod *corev1.Pod, id translate.Id
 // forget drops what the Syncer remembers about a pod that is gone.
 func (r *run) forget(ns, name string) {
 	secret := r.tr.HostName(translate.KindPodIdentity, ns, name)
+	r.progress.Forget(ns + "/" + name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.passes, ns+"/"+name)
 	delete(r.written, "secret/"+secret)
 	for k := range r.tokens {
 		if strings.HasPrefix(k, secret+"/") {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,8 +14,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -37,12 +35,9 @@ type Config struct {
 
 // Syncer keeps host copies of the virtual Services.
 type Syncer struct {
-	cfg Config
-	tr  *translate.Translator
-
-	mu     sync.Mutex
-	synced bool
-	passes map[string]uint64 // virtual Service key → completed reconciles
+	cfg      Config
+	tr       *translate.Translator
+	progress syncloop.Progress // keys are virtual Service keys
 }
 
 // New checks cfg and fills in defaults.
@@ -56,23 +51,15 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
-	return &Syncer{cfg: cfg, tr: cfg.Translator, passes: map[string]uint64{}}, nil
+	return &Syncer{cfg: cfg, tr: cfg.Translator}, nil
 }
 
 // Synced reports whether the current Run's caches have synced.
-func (s *Syncer) Synced() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.synced
-}
+func (s *Syncer) Synced() bool { return s.progress.Synced() }
 
 // Reconciled counts the completed, error-free passes over one virtual
 // Service (key "namespace/name") while it exists.
-func (s *Syncer) Reconciled(key string) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.passes[key]
-}
+func (s *Syncer) Reconciled(key string) uint64 { return s.progress.Reconciled(key) }
 
 // run is one Run's clients, caches and queue.
 type run struct {
@@ -84,7 +71,7 @@ type run struct {
 	hServices corelisters.ServiceLister
 	hSlices   discoverylisters.EndpointSliceLister
 	hPods     corelisters.PodLister
-	queue     workqueue.TypedRateLimitingInterface[string]
+	loop      *syncloop.Loop
 }
 
 // podIndex indexes virtual EndpointSlices by the virtual pods
@@ -94,20 +81,21 @@ const podIndex = "pods"
 // Run syncs until ctx ends, with virtual as the virtual cluster's client. It
 // returns nil when ctx ends.
 func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
-	log := logr.FromContextOrDiscard(ctx)
 	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
 		informers.WithNamespace(s.tr.Config().HostNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.tr.HostSelector() }))
 	virtualFactory := informers.NewSharedInformerFactory(virtual, s.cfg.Resync)
 
-	r := &run{
-		Syncer:  s,
-		virtual: virtual,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "k3k-agent-services"}),
-	}
-	defer r.queue.ShutDown()
+	r := &run{Syncer: s, virtual: virtual}
+	r.loop = syncloop.New(syncloop.Config{
+		Name:      "k3k-agent-services",
+		Noun:      "service",
+		Workers:   s.cfg.Workers,
+		Progress:  &s.progress,
+		Reconcile: r.reconcile,
+		Exists:    r.exists,
+	})
+	defer r.loop.ShutDown()
 
 	vSlices := virtualFactory.Discovery().V1().EndpointSlices()
 	if err := vSlices.Informer().AddIndexers(cache.Indexers{podIndex: indexPods}); err != nil {
@@ -131,69 +119,22 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 		{hostFactory.Core().V1().Pods().Informer(), r.enqueueHostPod},
 	}
 	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(handler(h.enqueue)); err != nil {
+		if _, err := h.inf.AddEventHandler(syncloop.Handler(h.enqueue)); err != nil {
 			return fmt.Errorf("watching: %w", err)
 		}
 	}
-	for _, f := range []informers.SharedInformerFactory{hostFactory, virtualFactory} {
-		f.Start(ctx.Done())
-		defer f.Shutdown()
-	}
-	for _, f := range []informers.SharedInformerFactory{hostFactory, virtualFactory} {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("cache of %v did not sync", typ)
-			}
-		}
-	}
-	s.setSynced(true)
-	defer s.setSynced(false)
-	log.Info("service sync started")
-
-	var wg sync.WaitGroup
-	for range s.cfg.Workers {
-		wg.Go(func() {
-			for r.next(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	r.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-func (s *Syncer) setSynced(v bool) {
-	s.mu.Lock()
-	s.synced = v
-	s.mu.Unlock()
-}
-
-func handler(enqueue func(obj any)) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			enqueue(obj)
-		},
-	}
+	return r.loop.Run(ctx, hostFactory, virtualFactory)
 }
 
 func (r *run) enqueueVirtualService(obj any) {
 	if s, ok := obj.(*corev1.Service); ok {
-		r.queue.Add(s.Namespace + "/" + s.Name)
+		r.loop.Add(s.Namespace + "/" + s.Name)
 	}
 }
 
 func (r *run) enqueueVirtualSlice(obj any) {
 	if s, ok := obj.(*discoveryv1.EndpointSlice); ok && s.Labels[discoveryv1.LabelServiceName] != "" {
-		r.queue.Add(s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName])
+		r.loop.Add(s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName])
 	}
 }
 
@@ -208,9 +149,9 @@ func (r *run) enqueueHost(obj any) {
 	switch {
 	case !ok:
 	case k.Kind == translate.KindService:
-		r.queue.Add(k.Namespace + "/" + k.Name)
+		r.loop.Add(k.Namespace + "/" + k.Name)
 	case k.Kind == translate.KindEndpointSlice && m.GetAnnotations()[translate.AnnotationService] != "":
-		r.queue.Add(k.Namespace + "/" + m.GetAnnotations()[translate.AnnotationService])
+		r.loop.Add(k.Namespace + "/" + m.GetAnnotations()[translate.AnnotationService])
 	}
 }
 
@@ -249,32 +190,10 @@ func indexPods(obj any) ([]string, error) {
 	return out, nil
 }
 
-// next reconciles one key; false once the queue is shut down.
-func (r *run) next(ctx context.Context) bool {
-	key, quit := r.queue.Get()
-	if quit {
-		return false
-	}
-	defer r.queue.Done(key)
-	requeue, err := r.reconcile(ctx, key)
-	switch {
-	case err != nil:
-		if ctx.Err() == nil {
-			logr.FromContextOrDiscard(ctx).Info("service sync failed; retrying", "service", key, "error", err.Error())
-		}
-		r.queue.AddRateLimited(key)
-	case requeue:
-		r.queue.AddRateLimited(key)
-	default:
-		r.queue.Forget(key)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// exists reports whether the virtual Service is in the cache, so that
+// counters of Services that are gone are not kept.
+func (r *run) exists(key string) bool {
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	if _, gone := r.vServices.Services(ns).Get(name); gone != nil {
-		delete(r.passes, key)
-	} else if err == nil {
-		r.passes[key]++
-	}
-	return true
+	_, err := r.vServices.Services(ns).Get(name)
+	return err == nil
 }
