@@ -1,4 +1,4 @@
-//go:build e2e
+//go:build e2e && e2e_etcd
 
 package e2e
 
@@ -19,7 +19,11 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
-// TestEtcdHA is scenario 6: a 3-server cluster on etcd (every server pod runs a
+// TestEtcdHA is scenario 6, built only with the extra tag e2e_etcd (`make
+// e2e-etcd`): it is not yet part of `make e2e` and CI, because the k3s
+// stand-in cannot share its CAs between servers yet (see docs/e2e.md).
+//
+// Scenario 6: a 3-server cluster on etcd (every server pod runs a
 // member named after the pod, reached by its DNS name). One server pod deleted
 // comes back on a new IP as the same member; every server pod deleted at once
 // (a host reboot) comes back with no manual step; scale 3 → 1 removes members
@@ -152,15 +156,6 @@ func waitMembers(t *testing.T, crc client.Client, v *vcluster, n int, timeout ti
 		return len(ds.Members) == n && leaders == 1 && ready, nil
 	})
 	return got
-}
-
-func getPod(t *testing.T, v *vcluster, name string) *corev1.Pod {
-	t.Helper()
-	p, err := host.CoreV1().Pods(v.namespace).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // waitPodReplaced waits for a ready pod of old's name with another UID.

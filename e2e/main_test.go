@@ -352,3 +352,13 @@ func dumpPod(t *testing.T, v *vcluster) {
 		}
 	}
 }
+
+// getPod reads a host pod of the virtual cluster's namespace.
+func getPod(t *testing.T, v *vcluster, name string) *corev1.Pod {
+	t.Helper()
+	p, err := host.CoreV1().Pods(v.namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

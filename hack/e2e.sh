@@ -197,8 +197,9 @@ cmd_test() {
   CLUSTER_STARTED=1 # from here on `up` may have started something, also when it fails
   up
   install
-  say "go test -tags e2e ./e2e/ $*"
-  E2E_K3KCLI=$BIN/k3kcli interruptible go test -tags e2e -count=1 -v -timeout 30m ./e2e/ "$@"
+  local tags="e2e${E2E_EXTRA_TAGS:+,$E2E_EXTRA_TAGS}"
+  say "go test -tags $tags ./e2e/ $*"
+  E2E_K3KCLI=$BIN/k3kcli interruptible go test -tags "$tags" -count=1 -v -timeout 30m ./e2e/ "$@"
   say "suite passed"
 }
 
