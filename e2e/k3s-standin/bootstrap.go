@@ -5,15 +5,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Servers of one HA cluster must share their CAs and service-account key, or a
@@ -21,12 +21,9 @@ import (
 // one server fails against the next behind the Service. k3s shares them as
 // bootstrap data in the datastore; the stand-in does the same, in the clear
 // (it is a test tool), under bootstrapKey: the first server to start stores its
-// files, every later one replaces its own with the stored ones.
-//
-// It speaks etcd's JSON gateway (/v3/kv/txn) with plain net/http, so the
-// stand-in needs no etcd client library. Only etcd endpoints serve the gateway
-// (kine does not), and only HA clusters list more than one endpoint, so a
-// single endpoint skips sharing altogether.
+// files, every later one replaces its own with the stored ones. Only HA
+// clusters list more than one endpoint, so a single endpoint (kine, or one
+// etcd member) skips sharing altogether.
 
 const bootstrapKey = "/k3k-standin/bootstrap"
 
@@ -38,7 +35,10 @@ var bootstrapFiles = []string{"server-ca.crt", "server-ca.key", "client-ca.crt",
 // did first, and then makes the local files equal to the stored ones. It
 // retries until ctx ends: members may still be joining.
 func shareBootstrap(ctx context.Context, cfg Config, certs tlsDir) error {
-	endpoints := strings.Split(cfg.DatastoreEndpoint, ",")
+	var endpoints []string
+	for _, ep := range strings.Split(cfg.DatastoreEndpoint, ",") {
+		endpoints = append(endpoints, strings.TrimSpace(ep))
+	}
 	if len(endpoints) < 2 {
 		return nil
 	}
@@ -50,18 +50,13 @@ func shareBootstrap(ctx context.Context, cfg Config, certs tlsDir) error {
 		}
 		local[f] = data
 	}
-	client, err := gatewayClient(cfg)
+	tlsCfg, err := datastoreTLS(cfg)
 	if err != nil {
 		return err
 	}
 	for {
-		var errs []error
-		for _, ep := range endpoints {
-			stored, err := putIfAbsent(ctx, client, strings.TrimSpace(ep), local)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
+		stored, err := putIfAbsent(ctx, endpoints, tlsCfg, local)
+		if err == nil {
 			for _, f := range bootstrapFiles {
 				if !bytes.Equal(stored[f], local[f]) {
 					if err := writeFileAtomic(certs.path(f), stored[f], 0o600); err != nil {
@@ -71,7 +66,7 @@ func shareBootstrap(ctx context.Context, cfg Config, certs tlsDir) error {
 			}
 			return nil
 		}
-		fmt.Fprintf(os.Stderr, "k3s stand-in: bootstrap data not shared yet: %v\n", errors.Join(errs...))
+		fmt.Fprintf(os.Stderr, "k3s stand-in: bootstrap data not shared yet: %v\n", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -80,7 +75,12 @@ func shareBootstrap(ctx context.Context, cfg Config, certs tlsDir) error {
 	}
 }
 
-func gatewayClient(cfg Config) (*http.Client, error) {
+// datastoreTLS is the client TLS configuration k3s is given for the
+// datastore; nil for plain http endpoints.
+func datastoreTLS(cfg Config) (*tls.Config, error) {
+	if cfg.DatastoreCAFile == "" && cfg.DatastoreCertFile == "" {
+		return nil, nil
+	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.DatastoreCAFile != "" {
 		pem, err := os.ReadFile(cfg.DatastoreCAFile)
@@ -97,68 +97,45 @@ func gatewayClient(cfg Config) (*http.Client, error) {
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}, nil
+	return tc, nil
 }
 
-// putIfAbsent stores files under bootstrapKey unless the key exists, and
-// returns what is stored afterwards (files, or the earlier server's).
-func putIfAbsent(ctx context.Context, client *http.Client, endpoint string, files map[string][]byte) (map[string][]byte, error) {
+// putIfAbsent stores files under bootstrapKey unless the key exists, in one
+// transaction, and returns what is stored afterwards (files, or an earlier
+// server's).
+func putIfAbsent(ctx context.Context, endpoints []string, tlsCfg *tls.Config, files map[string][]byte) (map[string][]byte, error) {
 	value, err := json.Marshal(files)
 	if err != nil {
 		return nil, err
 	}
-	key := base64.StdEncoding.EncodeToString([]byte(bootstrapKey))
-	body, err := json.Marshal(map[string]any{
-		"compare": []map[string]any{{"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}},
-		"success": []map[string]any{{"request_put": map[string]any{"key": key, "value": base64.StdEncoding.EncodeToString(value)}}},
-		"failure": []map[string]any{{"request_range": map[string]any{"key": key}}},
-	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+"/v3/kv/txn", bytes.NewReader(body))
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(bootstrapKey), "=", 0)).
+		Then(clientv3.OpPut(bootstrapKey, string(value))).
+		Else(clientv3.OpGet(bootstrapKey)).
+		Commit()
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s: %s", endpoint, resp.Status, bytes.TrimSpace(raw))
-	}
-	var answer struct {
-		Succeeded bool `json:"succeeded"`
-		Responses []struct {
-			ResponseRange struct {
-				Kvs []struct {
-					Value []byte `json:"value"` // base64 in JSON, decoded by encoding/json
-				} `json:"kvs"`
-			} `json:"response_range"`
-		} `json:"responses"`
-	}
-	if err := json.Unmarshal(raw, &answer); err != nil {
-		return nil, fmt.Errorf("%s: reading the txn answer: %w", endpoint, err)
-	}
-	if answer.Succeeded {
+	if resp.Succeeded {
 		return files, nil
 	}
-	if len(answer.Responses) != 1 || len(answer.Responses[0].ResponseRange.Kvs) != 1 {
-		return nil, fmt.Errorf("%s: %s exists but was not returned", endpoint, bootstrapKey)
+	if len(resp.Responses) != 1 || len(resp.Responses[0].GetResponseRange().GetKvs()) != 1 {
+		return nil, errors.New(bootstrapKey + " exists but was not returned")
 	}
 	stored := map[string][]byte{}
-	if err := json.Unmarshal(answer.Responses[0].ResponseRange.Kvs[0].Value, &stored); err != nil {
-		return nil, fmt.Errorf("%s: stored bootstrap data: %w", endpoint, err)
+	if err := json.Unmarshal(resp.Responses[0].GetResponseRange().GetKvs()[0].Value, &stored); err != nil {
+		return nil, fmt.Errorf("stored bootstrap data: %w", err)
 	}
 	for _, f := range bootstrapFiles {
 		if len(stored[f]) == 0 {
-			return nil, fmt.Errorf("%s: stored bootstrap data lacks %s", endpoint, f)
+			return nil, fmt.Errorf("stored bootstrap data lacks %s", f)
 		}
 	}
 	return stored, nil
