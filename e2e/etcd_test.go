@@ -1,4 +1,4 @@
-//go:build e2e && e2e_etcd
+//go:build e2e
 
 package e2e
 
@@ -19,11 +19,7 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
-// TestEtcdHA is scenario 6, built only with the extra tag e2e_etcd (`make
-// e2e-etcd`): it is not yet part of `make e2e` and CI, because the k3s
-// stand-in cannot share its CAs between servers yet (see docs/e2e.md).
-//
-// Scenario 6: a 3-server cluster on etcd (every server pod runs a
+// TestEtcdHA is scenario 6: a 3-server cluster on etcd (every server pod runs a
 // member named after the pod, reached by its DNS name). One server pod deleted
 // comes back on a new IP as the same member; every server pod deleted at once
 // (a host reboot) comes back with no manual step; scale 3 → 1 removes members
