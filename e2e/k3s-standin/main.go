@@ -8,7 +8,8 @@
 // the given etcd-API datastore.
 //
 // It is not k3s: there is no agent, no packaged manifests (CoreDNS included), no
-// bootstrap data in the datastore, and only http(s) etcd endpoints as datastores.
+// bootstrap data in the datastore beyond the CAs and the service-account key that
+// HA servers share (bootstrap.go), and only http(s) etcd endpoints as datastores.
 // See docs/e2e.md.
 package main
 
