@@ -57,7 +57,10 @@ prepare() {
 up() {
   case "$CLUSTER" in
     hostcluster)
-      "$HC" up
+      # The daemons `up` starts outlive this script (make demo); they must not
+      # inherit the lock's descriptor, or it stays held until they stop and
+      # `make demo-down` would wait for itself.
+      "$HC" up 9>&-
       export KUBECONFIG=$HOSTCLUSTER_DIR/kubeconfig
       "$HC" import "$IMAGES"/*.tar
       ;;
