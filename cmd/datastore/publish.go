@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/k3k-io/k3k/internal/hostclient"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
 	"github.com/k3k-io/k3k/pkg/publisher"
 )
@@ -134,17 +134,9 @@ func runPublish(ctx context.Context, o publishOptions, stderr io.Writer) error {
 // hostConfig is the client configuration for the host cluster: the pod's
 // ServiceAccount in a pod, or the kubeconfig file given for tests and debugging.
 func hostConfig(path string) (*rest.Config, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if path != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := hostclient.Config(path)
 	if err != nil {
-		return nil, fmt.Errorf("loading host cluster client configuration: %w", err)
+		return nil, err
 	}
 	// A hung request must fail and be retried, not stall the publish loop.
 	cfg.Timeout = 15 * time.Second

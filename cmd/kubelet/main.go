@@ -31,8 +31,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/k3k-io/k3k/internal/hostclient"
 	"github.com/k3k-io/k3k/pkg/agent"
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
@@ -241,17 +241,9 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 // hostConfig is the host cluster client configuration: the pod's
 // ServiceAccount, or a kubeconfig file for tests and debugging.
 func hostConfig(path string) (*rest.Config, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if path != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := hostclient.Config(path)
 	if err != nil {
-		return nil, fmt.Errorf("loading host cluster client configuration: %w", err)
+		return nil, err
 	}
 	cfg.UserAgent = "k3k-kubelet"
 	// client-go's defaults (5 QPS) would throttle a node running many pods.
