@@ -112,7 +112,7 @@ func TestSharedAgent(t *testing.T) {
 
 	t.Run("the workload keeps running while the server pod is deleted, and status updates resume", func(t *testing.T) {
 		deleteServerPod(t, v)
-		after := getPod(t, &vcluster{namespace: v.namespace}, hostPod.Name)
+		after := getPod(t, v, hostPod.Name)
 		if after.UID != hostPod.UID || restarts(after) != restarts(hostPod) {
 			t.Fatalf("host pod %s was replaced or restarted while the server pod was away", hostPod.Name)
 		}

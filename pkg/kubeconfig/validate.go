@@ -89,6 +89,17 @@ func validateClient(certPEM, keyPEM []byte, now time.Time) error {
 	return nil
 }
 
+// ClientNotAfter is when k's client certificate (the first in its bundle)
+// expires; zero when it does not parse. Publishers of one cluster compare it
+// to decide whose kubeconfig lasts longer.
+func (k *Kubeconfig) ClientNotAfter() time.Time {
+	certs, err := parseCertificates(k.CertData)
+	if err != nil {
+		return time.Time{}
+	}
+	return certs[0].NotAfter
+}
+
 // parseCertificates returns every certificate in a PEM bundle. Its error is a short
 // phrase without input, for the callers to wrap.
 func parseCertificates(data []byte) ([]*x509.Certificate, error) {

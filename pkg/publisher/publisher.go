@@ -3,8 +3,6 @@ package publisher
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -365,22 +363,7 @@ func keepPublished(published, ours []byte, now time.Time, handOver time.Duration
 	if have.Validate(now.Add(handOver)) == nil {
 		return true
 	}
-	haveEnd, wantEnd := leafNotAfter(have.CertData), leafNotAfter(want.CertData)
-	return have.Validate(now) == nil && !haveEnd.Before(wantEnd)
-}
-
-// leafNotAfter is the expiry of the first certificate in a PEM bundle (zero
-// when there is none).
-func leafNotAfter(bundle []byte) time.Time {
-	block, _ := pem.Decode(bundle)
-	if block == nil {
-		return time.Time{}
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return time.Time{}
-	}
-	return cert.NotAfter
+	return have.Validate(now) == nil && !have.ClientNotAfter().Before(want.ClientNotAfter())
 }
 
 // syncToken restores the token Secret's value from the server's token file when the

@@ -181,22 +181,18 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 		return ctrl.Result{}, fmt.Errorf("listing server pods: %w", err)
 	}
 	lost := map[string]bool{}
-	endpoints := map[string]bool{}
 	for i := range pods.Items {
 		if reportsDataLost(&pods.Items[i]) {
 			lost[pods.Items[i].Name] = true
 		}
 	}
 	desired := EtcdDesired(c, o.settings.Servers, lost)
-	var asked []string
-	for _, ep := range desired.Endpoints() {
-		endpoints[ep] = true
-		asked = append(asked, ep)
-	}
 	// Pods above spec.servers (being scaled away) are asked too: with every
-	// desired member down they may be the only ones that answer.
+	// desired member down they may be the only ones that answer. Observe asks
+	// each endpoint once.
+	asked := desired.Endpoints()
 	for _, p := range pods.Items {
-		if i := ServerOrdinal(c, p.Name); i >= 0 && !endpoints[EtcdPeer(c, i).ClientURL] {
+		if i := ServerOrdinal(c, p.Name); i >= 0 {
 			asked = append(asked, EtcdPeer(c, i).ClientURL)
 		}
 	}

@@ -108,7 +108,8 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	set(ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
 	// AgentsReady is reported but does not gate Ready: the virtual API serves
 	// without an agent, only workloads wait for it.
-	if ag := agentsCondition(o.agent); o.agentWanted {
+	if o.agentWanted {
+		ag := agentsCondition(o.agent)
 		set(ConditionAgentsReady, ag.ok, ag.reason, ag.message)
 	}
 	if o.settings.Datastore == v1beta1.EtcdDatastore {

@@ -30,7 +30,8 @@ import (
 //     hand out a resourceVersion whose next update fails its compare.
 //
 // So after every successful create the guard reads the row the create wrote
-// and answers with its revision, or refuses when there is none. Updates and
+// and answers with its revision; when there is none it sends the create again,
+// then refuses (createAttempts). Updates and
 // deletes do not have the first problem: kine answers them with a failed
 // compare, which the client retries and eventually reports.
 type ackGuard struct {
