@@ -110,15 +110,7 @@ func deleteServerPod(t *testing.T, v *vcluster) recovery {
 		t.Fatalf("deleting the server pod: %v", err)
 	}
 	var r recovery
-	var fresh *corev1.Pod
-	eventually(t, 5*time.Minute, "a new ready server pod", func(ctx context.Context) (bool, error) {
-		p, err := serverPod(ctx, v)
-		if err != nil || p == nil || p.UID == old.UID || !podReady(p) {
-			return false, err
-		}
-		fresh = p
-		return true, nil
-	})
+	fresh := waitPodReplaced(t, v, old, 5*time.Minute)
 	r.podReady = time.Since(start)
 	serving(t, v.client, 3*time.Minute)
 	r.apiServing = time.Since(start)

@@ -153,18 +153,3 @@ func waitMembers(t *testing.T, crc client.Client, v *vcluster, n int, timeout ti
 	})
 	return got
 }
-
-// waitPodReplaced waits for a ready pod of old's name with another UID.
-func waitPodReplaced(t *testing.T, v *vcluster, old *corev1.Pod, timeout time.Duration) *corev1.Pod {
-	t.Helper()
-	var fresh *corev1.Pod
-	eventually(t, timeout, "a new ready "+old.Name, func(ctx context.Context) (bool, error) {
-		p, err := host.CoreV1().Pods(v.namespace).Get(ctx, old.Name, metav1.GetOptions{})
-		if err != nil || p.UID == old.UID || !podReady(p) {
-			return false, nil
-		}
-		fresh = p
-		return true, nil
-	})
-	return fresh
-}
