@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -92,7 +94,10 @@ func TestCreateStoresTheClusterTheFlagsAskFor(t *testing.T) {
 // playController does what the controller would for a NodePort cluster: it
 // reports progress, creates the API Service and publishes a kubeconfig, then
 // reports Ready.
-func playController(t *testing.T, ns, name string, nodePort int32) []byte {
+// playController plays the k3k controller for a Cluster the CLI creates. After
+// reporting Provisioning it waits for provisioningSeen (when not nil), so a
+// test can hold that state until the CLI has shown it.
+func playController(t *testing.T, ns, name string, nodePort int32, provisioningSeen func() error) []byte {
 	t.Helper()
 	ctx := context.Background()
 	var c *v1beta1.Cluster
@@ -102,6 +107,9 @@ func playController(t *testing.T, ns, name string, nodePort int32) []byte {
 	})
 	setStatus(t, c, v1beta1.PhaseProvisioning, metav1.Condition{Type: cluster.ConditionServersReady, Status: metav1.ConditionFalse, Reason: cluster.ReasonServersStarting},
 		metav1.Condition{Type: cluster.ConditionKubeconfigPublished, Status: metav1.ConditionFalse, Reason: cluster.ReasonWaiting})
+	if provisioningSeen != nil {
+		eventually(t, "the CLI to show the Provisioning state", provisioningSeen)
+	}
 
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: cluster.NamesFor(c).Service, Namespace: ns},
@@ -145,18 +153,25 @@ func TestCreateWaitsShowsProgressAndWritesAPrivateKubeconfig(t *testing.T) {
 	ns := newNamespace(t)
 	out := filepath.Join(t.TempDir(), "demo.yaml")
 	done := make(chan result, 1)
+	progress := &syncBuffer{}
 	go func() {
-		done <- k3kcli(t, "cluster", "create", "demo", "-n", ns, "--expose", "nodeport:30443", "--timeout", "2m", "--output-kubeconfig", out)
+		done <- k3kcliTo(t, time.Now, progress, "cluster", "create", "demo", "-n", ns, "--expose", "nodeport:30443", "--timeout", "2m", "--output-kubeconfig", out)
 	}()
-	clientCert := playController(t, ns, "demo", 30443)
+	const provisioning = "Provisioning: KubeconfigPublished=Waiting, ServersReady=ServersStarting"
+	clientCert := playController(t, ns, "demo", 30443, func() error {
+		if !strings.Contains(progress.String(), provisioning) {
+			return fmt.Errorf("progress so far:\n%s", progress.String())
+		}
+		return nil
+	})
 	r := <-done
 	if r.code != ExitOK {
 		t.Fatalf("exit code %d, stderr: %s", r.code, r.errOut)
 	}
-	// The Provisioning state lasts while playController creates the Service, a
-	// CA and the Secret, so the CLI sees it; the Pending state before it may be
-	// over before the CLI's first look (TestCreateTimesOutWithExitCode3 shows it).
-	for _, want := range []string{"Provisioning: KubeconfigPublished=Waiting, ServersReady=ServersStarting", "Ready"} {
+	// playController holds Provisioning until the CLI has shown it; the Pending
+	// state before it may be over before the CLI's first look
+	// (TestCreateTimesOutWithExitCode3 shows it).
+	for _, want := range []string{provisioning, "Ready"} {
 		if !strings.Contains(r.errOut, want) {
 			t.Errorf("progress does not show %q:\n%s", want, r.errOut)
 		}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,7 +84,7 @@ type result struct {
 }
 
 // cliOptions are fast Options writing to buffers; now is the clock.
-func cliOptions(out, errOut *bytes.Buffer, now func() time.Time) Options {
+func cliOptions(out, errOut io.Writer, now func() time.Time) Options {
 	return Options{Out: out, Err: errOut, Now: now, PollInterval: 50 * time.Millisecond, Heartbeat: time.Hour}
 }
 
@@ -94,12 +96,37 @@ func k3kcli(t *testing.T, args ...string) result {
 
 func k3kcliWith(t *testing.T, now func() time.Time, args ...string) result {
 	t.Helper()
-	var out, errOut bytes.Buffer
+	return k3kcliTo(t, now, &syncBuffer{}, args...)
+}
+
+// k3kcliTo runs the CLI with its progress (stderr) going to errOut, which a
+// test may read while the CLI runs.
+func k3kcliTo(t *testing.T, now func() time.Time, errOut *syncBuffer, args ...string) result {
+	t.Helper()
+	var out bytes.Buffer
 	full := append([]string{"--kubeconfig", kubeconfigPath}, args...)
-	code := Run(context.Background(), cliOptions(&out, &errOut, now), full)
+	code := Run(context.Background(), cliOptions(&out, errOut, now), full)
 	r := result{code: code, out: out.String(), errOut: errOut.String()}
 	t.Logf("k3kcli %s -> exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.out, r.errOut)
 	return r
+}
+
+// syncBuffer is a bytes.Buffer that one goroutine may write while another reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // getCluster reads a Cluster straight from the API server.
