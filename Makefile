@@ -40,9 +40,10 @@ build: ## Build static binaries of every command into _output/bin.
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUTPUT)/bin/ ./cmd/...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code and the CRDs (charts/k3k/crds).
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds) and the chart's agent guard policy.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/k3k/crds
+	$(GO) run ./hack/agentguard
 
 .PHONY: verify
 verify: generate ## Fail when generated files, go.mod or formatting are stale.

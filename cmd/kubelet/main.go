@@ -87,7 +87,7 @@ copied next to them, their status flows back, deletion works both ways.
 	f.StringVar(&o.clusterDNS, "cluster-dns", "", "nameserver for ClusterFirst pods; empty keeps the host's DNS")
 	f.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "the virtual cluster's DNS domain")
 	f.StringVar(&o.apiServerService, "api-server-service", "", "the cluster's API Service in the host namespace; pods get its name and ClusterIP as KUBERNETES_SERVICE_HOST instead of the host API's. Empty: the host kubelet's values stay")
-	f.Int32Var(&o.kubeletPort, "kubelet-port", 10250, "port of the kubelet API (container logs), advertised in the node status; 0 disables it")
+	f.Int32Var(&o.kubeletPort, "kubelet-port", 10250, "port of the kubelet API (logs, exec, attach, port-forward), advertised in the node status; 0 disables it")
 	f.StringVar(&o.cpu, "capacity-cpu", "8", "CPU capacity the node reports")
 	f.StringVar(&o.memory, "capacity-memory", "32Gi", "memory capacity the node reports")
 	f.StringVar(&o.pods, "capacity-pods", "110", "pod capacity the node reports")
@@ -156,6 +156,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.HostConfig = hostRest
 	if cfg.Host, err = kubernetes.NewForConfig(hostRest); err != nil {
 		return fmt.Errorf("building host cluster client: %w", err)
 	}

@@ -1,8 +1,8 @@
 // Package agent is the shared-mode agent of a virtual cluster: a virtual
 // kubelet that registers one node in the virtual cluster (package node), runs
 // the pods bound to it as pods of the host namespace (package podsync),
-// translating them with package translate, and answers `kubectl logs` for them
-// (package kubeletapi). Package servicesync copies the virtual cluster's
+// translating them with package translate, and answers `kubectl logs`, `exec`,
+// `attach` and `port-forward` for them (package kubeletapi). Package servicesync copies the virtual cluster's
 // Services and EndpointSlices next to those pods, so they are reachable
 // through host Services.
 //
@@ -17,8 +17,8 @@
 // whole node and pod controllers anyway, which is all Agent does; and it would
 // add k8s.io/apiserver, k8s.io/kubelet and k8s.io/component-base to the module
 // and bump every k8s.io module. The kubelet API subset the agent serves
-// (container logs, package kubeletapi) is small enough to write directly; its
-// streaming routes (exec, attach) would be the piece worth reusing.
+// (package kubeletapi) is small enough to write directly: logs are copied
+// from the host API, and streams are forwarded to it without being parsed.
 //
 // Credentials: the host client is fixed (the pod's ServiceAccount). The
 // virtual cluster's credentials come from the mounted kubeconfig Secret through
@@ -59,6 +59,10 @@ type Config struct {
 	Node node.Config
 	// Host is the host cluster client.
 	Host kubernetes.Interface
+	// HostConfig is the configuration Host was made from; with it the
+	// kubelet API forwards exec, attach and port-forward to the host pods.
+	// Nil answers those 501.
+	HostConfig *rest.Config
 	// Resync is how often every pod and Service is reconciled without an
 	// event. Default 30s.
 	Resync time.Duration
@@ -217,14 +221,15 @@ func (a *Agent) currentVirtual() kubernetes.Interface {
 	return a.virtual
 }
 
-// ServeKubeletAPI serves the kubelet API (container logs) on ln until ctx
+// ServeKubeletAPI serves the kubelet API (container logs, and exec, attach
+// and port-forward with Config.HostConfig) on ln until ctx
 // ends. It first obtains a serving certificate from the virtual cluster,
 // retrying until the cluster issues one; the certificate names the node and
 // its InternalIP, the address the virtual apiserver dials.
 func (a *Agent) ServeKubeletAPI(ctx context.Context, ln net.Listener) error {
 	log := logr.FromContextOrDiscard(ctx)
 	handler, err := kubeletapi.NewHandler(kubeletapi.Config{
-		NodeName: a.cfg.Node.Name, Translator: a.tr, Host: a.cfg.Host, Virtual: a.currentVirtual,
+		NodeName: a.cfg.Node.Name, Translator: a.tr, Host: a.cfg.Host, HostConfig: a.cfg.HostConfig, Virtual: a.currentVirtual,
 	})
 	if err != nil {
 		return err

@@ -138,6 +138,16 @@ func run(m *testing.M) int {
 	if _, err := hostAdmin.RbacV1().RoleBindings(hostNamespace).Create(ctx, cluster.DesiredAgentRoleBinding(c, "k3k-agent"), metav1.CreateOptions{}); err != nil {
 		return fail("role binding", err)
 	}
+	// The chart's agent guard holds the agent to its own objects; every test
+	// of this suite runs under it, so a write the guard would refuse fails
+	// the suite.
+	policy, binding := cluster.DesiredAgentGuard("k3k-agent-guard")
+	if _, err := hostAdmin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		return fail("agent guard", err)
+	}
+	if _, err := hostAdmin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fail("agent guard binding", err)
+	}
 	agentHost := hostAPI.RESTConfig()
 	agentHost.Wrap(hostWrites.wrap)
 	agentHost.Impersonate = rest.ImpersonationConfig{
@@ -154,6 +164,10 @@ func run(m *testing.M) int {
 		return fail("credentials", err)
 	}
 
+	if err := waitForGuard(startCtx, kubernetes.NewForConfigOrDie(agentHost)); err != nil {
+		return fail("agent guard", err)
+	}
+
 	cfg := agent.Config{
 		Translate: translate.Config{
 			ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName, APIServer: virtualAPIService,
@@ -161,6 +175,7 @@ func run(m *testing.M) int {
 		},
 		Node:                 node.Config{InternalIP: "127.0.0.1", LeaseDuration: 8 * time.Second, StatusInterval: 20 * time.Second},
 		Host:                 kubernetes.NewForConfigOrDie(agentHost),
+		HostConfig:           agentHost,
 		Resync:               3 * time.Second,
 		WrapVirtualTransport: virtualWrites.wrap,
 	}
@@ -185,6 +200,26 @@ func run(m *testing.M) int {
 	agentWG.Go(func() { _ = loader.Run(agentCtx) })
 	agentWG.Go(func() { _ = theAgent.Run(agentCtx, first) })
 	return m.Run()
+}
+
+// waitForGuard waits until the host apiserver enforces the agent guard (it
+// loads policies asynchronously): a ConfigMap name the agent would never
+// derive is refused.
+func waitForGuard(ctx context.Context, asAgent kubernetes.Interface) error {
+	for {
+		_, err := asAgent.CoreV1().ConfigMaps(hostNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "guard-probe"}}, metav1.CreateOptions{})
+		if err != nil && strings.Contains(err.Error(), "of objects it named") {
+			return nil
+		}
+		if err == nil {
+			_ = hostAdmin.CoreV1().ConfigMaps(hostNamespace).Delete(ctx, "guard-probe", metav1.DeleteOptions{})
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the guard never took effect; last answer: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // startVirtual starts the virtual cluster's apiserver on its etcd prefix,

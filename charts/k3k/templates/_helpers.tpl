@@ -91,6 +91,12 @@ Cluster owned, and the StatefulSet's claim retention policy its volumes. */}}
 {{- printf "%s-agent" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* agentGuard names the admission policy and binding that hold the agents to
+their own objects (internal/controller/cluster.DesiredAgentGuard). */}}
+{{- define "k3k.agentGuard" -}}
+{{- printf "%s-agent-guard" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "k3k.controllerRules" -}}
 # Clusters are the reconciler's input (For); it writes only their status.
 - apiGroups: ["k3k.io"]

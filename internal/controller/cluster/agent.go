@@ -71,38 +71,36 @@ func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
 //   - resourceNames cannot restrict create (the name is not part of the
 //     authorization of a create in general), and the agent's names are derived
 //     from virtual objects, so they cannot be listed in advance anyway.
-//   - update without get can still overwrite any Secret by name. That is an
-//     integrity risk, not a disclosure: an update's response echoes what was
-//     sent. The agent only ever writes names ending in its 10-digit hash, which
-//     no controller-made name does.
-//   - Whoever may create pods in a namespace can mount any Secret of that
-//     namespace into one. No Role can prevent that; the agent only creates
-//     pods whose Secret references are its own translated names, and the real
-//     boundary for a hostile agent is a separate host namespace for workloads
-//     (see docs/agent.md).
+//   - update without get can still overwrite any Secret by name, whoever may
+//     create pods in a namespace can mount any Secret of it, and pods/exec
+//     reaches every pod of the namespace, the server pods included. No Role
+//     can prevent that; the agent guard (DesiredAgentGuard, an admission
+//     policy the chart installs) does: an agent may write, exec into or mount
+//     only objects named by its translation (ending in its 10-digit hash,
+//     which no controller-made name does).
 //
 // ConfigMaps get the same treatment as Secrets, so the server's configuration
 // ConfigMap cannot be read through the agent either. Pods: the informer needs
 // get, list and watch; create and delete run workloads; update carries image
-// changes; pods/log answers `kubectl logs` in the virtual cluster. No
-// pods/status (the host kubelet writes it), no pods/exec (it would reach into
-// the server pods of this namespace), no events, no access outside the
-// namespace.
+// changes; pods/log answers `kubectl logs` in the virtual cluster;
+// pods/exec, pods/attach and pods/portforward (create for a SPDY upgrade,
+// which is a POST, get for a websocket one) answer `kubectl exec/attach/port-forward`, limited by the guard to
+// the agent's own pods. No pods/status (the host kubelet writes it), no
+// events, no access outside the namespace.
 //
 // Services and EndpointSlices (discovery.k8s.io): the host copies of the
 // virtual cluster's Services, without selectors, with slices the agent writes
 // from the host pods it runs. Neither holds a secret, so the agent watches
 // them like pods; it also reads the cluster's API Service once at start, to
-// point the virtual pods' in-cluster clients at it. Update and delete by name also reach the cluster's own
-// Services in this namespace (the API Service): an integrity risk of the same
-// kind as Secret updates; the agent only touches objects whose name is the
-// one derived from their annotations. No core Endpoints (nothing reads them
+// point the virtual pods' in-cluster clients at it. Update and delete by name
+// would also reach the cluster's own API Service; the guard refuses that. No core Endpoints (nothing reads them
 // for selectorless Services once slices exist) and no services/status (no
 // load balancers are made).
 func AgentRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"create", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},

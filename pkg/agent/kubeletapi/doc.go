@@ -1,6 +1,8 @@
 // Package kubeletapi serves the part of the kubelet API the virtual cluster's
-// apiserver calls on the agent's node: container logs (`kubectl logs`). The
-// request is answered from the host pod's log through the host API.
+// apiserver calls on the agent's node: container logs (`kubectl logs`),
+// answered from the host pod's log through the host API, and exec, attach and
+// port-forward, forwarded to the host pod's subresources of the host API
+// (stream.go).
 //
 // Who may call: the virtual apiserver connects with a client certificate
 // (k3s's kube-apiserver-kubelet-client). The server verifies it against the
@@ -14,7 +16,8 @@
 // agent approves with its admin credentials and k3s's controller-manager signs
 // with the server CA the apiserver trusts for kubelets.
 //
-// exec, attach and port-forward are not served: forwarding them would need
-// pods/exec on the host namespace, where the cluster's server pods run, and
-// that is a permission the agent should not hold there (see docs/agent.md).
+// Forwarding streams needs pods/exec, pods/attach and pods/portforward in the
+// host namespace, where the cluster's server pods also run. RBAC cannot limit
+// those to the agent's own pods; the chart's admission policy does
+// (internal/controller/cluster.DesiredAgentGuard, docs/agent.md).
 package kubeletapi

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
@@ -28,6 +29,9 @@ type Config struct {
 	Translator *translate.Translator
 	// Host reads host pod logs.
 	Host kubernetes.Interface
+	// HostConfig is the host client's configuration, used to forward exec,
+	// attach and port-forward to the host pods; nil answers them 501.
+	HostConfig *rest.Config
 	// Virtual returns the current virtual cluster client, nil while there is
 	// none; credentials rotate, so it is asked on every request.
 	Virtual func() kubernetes.Interface
@@ -38,7 +42,8 @@ type Config struct {
 
 // Handler serves the kubelet API subset.
 type Handler struct {
-	cfg Config
+	cfg     Config
+	streams *streamProxy // nil without Config.HostConfig
 
 	mu       sync.Mutex
 	pool     *x509.CertPool
@@ -54,7 +59,14 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.CARefresh <= 0 {
 		cfg.CARefresh = time.Minute
 	}
-	return &Handler{cfg: cfg}, nil
+	h := &Handler{cfg: cfg}
+	if cfg.HostConfig != nil {
+		var err error
+		if h.streams, err = newStreamProxy(cfg.HostConfig); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
 }
 
 // ServeHTTP authenticates, authorizes and routes one request.
@@ -77,8 +89,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && len(parts) == 4 && parts[0] == "containerLogs":
 		h.containerLogs(w, r, parts[1], parts[2], parts[3])
-	case len(parts) > 0 && (parts[0] == "exec" || parts[0] == "attach" || parts[0] == "portForward" || parts[0] == "run"):
-		http.Error(w, parts[0]+" is not supported by the k3k shared-mode agent", http.StatusNotImplemented)
+	case streamKinds[parts[0]] != "" && h.streams != nil:
+		hostPod, sub, q, ok := hostStreamRequest(h.cfg.Translator, parts, r.URL.Query())
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		h.streams.serve(w, r, h.cfg.Translator.Config().HostNamespace, hostPod, parts[2], sub, q)
+	case streamKinds[parts[0]] != "" || parts[0] == "run":
+		http.Error(w, parts[0]+" is not supported by this k3k shared-mode agent", http.StatusNotImplemented)
 	default:
 		http.NotFound(w, r)
 	}

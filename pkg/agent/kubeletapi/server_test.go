@@ -2,6 +2,8 @@ package kubeletapi
 
 import (
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
 func TestLogOptions(t *testing.T) {
@@ -34,6 +38,52 @@ func TestLogOptions(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHostStreamRequest(t *testing.T) {
+	tr, err := translate.New(translate.Config{ClusterName: "c1", HostNamespace: "tenant", NodeName: "k3k-c1-kubelet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := tr.HostName(translate.KindPod, "shop", "web-0")
+	cases := []struct {
+		name, path, query string
+		wantSub, wantQ    string
+		ok                bool
+	}{
+		{"exec with a command, stdin and a tty", "/exec/shop/web-0/main", "command=sh&command=-c&command=echo+hi&input=1&output=1&tty=1",
+			"exec", "command=sh&command=-c&command=echo+hi&container=main&stdin=true&stdout=true&tty=true", true},
+		{"exec without stdin keeps stderr apart", "/exec/shop/web-0/main", "command=date&output=1&error=1",
+			"exec", "command=date&container=main&stderr=true&stdout=true", true},
+		{"a false stream flag is left out", "/exec/shop/web-0/main", "command=date&input=0&output=true",
+			"exec", "command=date&container=main&stdout=true", true},
+		{"attach carries no command", "/attach/shop/web-0/main", "command=ignored&input=1&output=1",
+			"attach", "container=main&stdin=true&stdout=true", true},
+		{"port-forward ports are renamed", "/portForward/shop/web-0", "port=8080&port=9090",
+			"portforward", "ports=8080&ports=9090", true},
+		{"exec without a container is not a kubelet path", "/exec/shop/web-0", "", "", "", false},
+		{"the forms with a pod UID are not served", "/exec/shop/web-0/uid/main", "", "", "", false},
+		{"port-forward with a container is not a kubelet path", "/portForward/shop/web-0/main", "", "", "", false},
+		{"run is not forwarded", "/run/shop/web-0/main", "", "", "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			query, err := url.ParseQuery(tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod, sub, q, ok := hostStreamRequest(tr, strings.Split(strings.Trim(tc.path, "/"), "/"), query)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			if pod != host || sub != tc.wantSub || q.Encode() != tc.wantQ {
+				t.Errorf("got %s/%s?%s, want %s/%s?%s", pod, sub, q.Encode(), host, tc.wantSub, tc.wantQ)
 			}
 		})
 	}

@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestAgentGuardHoldsTheAgentToItsOwnObjects sends real requests as an agent
+// ServiceAccount (impersonated) to a kube-apiserver with the agent's Role and
+// the guard policy: what the agent does for a workload passes, what would
+// reach the cluster's own pods, Secrets and Services is refused with a
+// message that says why, and nobody else is affected.
+func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	role := DesiredAgentClusterRole("k3k-agent-" + ns)
+	policy, binding := DesiredAgentGuard("k3k-agent-guard-" + ns)
+	// The binding applies to this namespace only, so the guard of this test
+	// does not reach other tests' requests.
+	binding.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
+	for _, obj := range []client.Object{DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name), policy, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v", obj.GetName(), err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, obj := range []client.Object{role, policy, binding} {
+			_ = k8s.Delete(context.Background(), obj)
+		}
+	})
+	admin := kubernetes.NewForConfigOrDie(restConfig)
+	agentConfig := rest.CopyConfig(restConfig)
+	agentConfig.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + AgentName(c),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	agent := kubernetes.NewForConfigOrDie(agentConfig)
+	n := NamesFor(c)
+	const (
+		ownPod    = "web-0-shop-0123456789"
+		ownSecret = "web-env-shop-abcdef0123"
+		ownSvc    = "web-shop-9876543210"
+	)
+
+	// The apiserver loads policies asynchronously: wait until the guard
+	// refuses a name it did not derive.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "guard-probe"}}
+		_, err := agent.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+		if err != nil && strings.Contains(err.Error(), "of objects it named") {
+			break
+		}
+		if err == nil {
+			_ = admin.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{})
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guard never took effect; last answer: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// pod is a host pod as the agent makes one: its own name, its own copies,
+	// no token; change adjusts it per case.
+	pod := func(name string, change func(*corev1.PodSpec)) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: ptr.To(false),
+				Containers: []corev1.Container{{
+					Name: "main", Image: "web",
+					EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: ownSecret}}}},
+				}},
+				Volumes: []corev1.Volume{
+					{Name: "env", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ownSecret}}},
+					{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				},
+			},
+		}
+		if change != nil {
+			change(&p.Spec)
+		}
+		return p
+	}
+	secretVolume := func(name string) func(*corev1.PodSpec) {
+		return func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}})
+		}
+	}
+	slice := func(name, service string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.9"}}},
+		}
+	}
+	svc := func(name string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	}
+	// exec sends the POST of `kubectl exec` (without the upgrade): admission
+	// runs first; a request it lets through fails later, since envtest has no
+	// kubelet.
+	exec := func(pod string) error {
+		return agent.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(pod).SubResource("exec").
+			Param("container", "main").Param("command", "true").Param("stdout", "true").Do(ctx).Error()
+	}
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n.StatefulSet + "-0"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.Token}, StringData: map[string]string{"token": "secret"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Services(ns).Create(ctx, svc(n.Service), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	refused := []struct {
+		name    string
+		do      func() error
+		message string
+	}{
+		{"a pod mounting the cluster token", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("a-shop-0123456789", secretVolume(n.Token)), metav1.CreateOptions{})
+			return err
+		}, "ConfigMaps and Secrets the agent copied"},
+		{"a pod taking environment from the kubeconfig Secret", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("b-shop-0123456789", func(s *corev1.PodSpec) {
+				s.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: n.Kubeconfig}, Key: "kubeconfig.yaml"}}}}
+			}), metav1.CreateOptions{})
+			return err
+		}, "environment from ConfigMaps and Secrets the agent copied"},
+		{"a pod with a host ServiceAccount token", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("c-shop-0123456789", func(s *corev1.PodSpec) { s.AutomountServiceAccountToken = nil }), metav1.CreateOptions{})
+			return err
+		}, "must not mount a host ServiceAccount token"},
+		{"a pod mounting the server's volume claim", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("d-shop-0123456789", func(s *corev1.PodSpec) {
+				s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + n.StatefulSet + "-0"}}})
+			}), metav1.CreateOptions{})
+			return err
+		}, "may only use emptyDir"},
+		{"a privileged pod", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("e-shop-0123456789", func(s *corev1.PodSpec) {
+				s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+			}), metav1.CreateOptions{})
+			return err
+		}, "must not run privileged containers"},
+		{"a pod on the host network", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("f-shop-0123456789", func(s *corev1.PodSpec) { s.HostNetwork = true }), metav1.CreateOptions{})
+			return err
+		}, "host's network"},
+		{"a pod with a name the agent did not derive", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("evil", nil), metav1.CreateOptions{})
+			return err
+		}, `pods of objects it named (ending in a 10-digit hash); "evil" is not one`},
+		{"deleting the server pod", func() error {
+			return agent.CoreV1().Pods(ns).Delete(ctx, n.StatefulSet+"-0", metav1.DeleteOptions{})
+		}, "may only write pods of objects it named"},
+		{"exec into the server pod", func() error { return exec(n.StatefulSet + "-0") }, "may only write pods/exec of objects it named"},
+		{"overwriting the cluster token", func() error {
+			_, err := agent.CoreV1().Secrets(ns).Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.Token}, StringData: map[string]string{"token": "mine"}}, metav1.UpdateOptions{})
+			return err
+		}, "may only write secrets of objects it named"},
+		{"deleting the cluster's API Service", func() error {
+			return agent.CoreV1().Services(ns).Delete(ctx, n.Service, metav1.DeleteOptions{})
+		}, "may only write services of objects it named"},
+		{"an EndpointSlice of the cluster's API Service", func() error {
+			_, err := agent.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("web-shop-abcdef0123", n.Service), metav1.CreateOptions{})
+			return err
+		}, "must belong to a Service the agent copied"},
+	}
+	for _, tc := range refused {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			err := tc.do()
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("got %v, want Forbidden containing %q", err, tc.message)
+			}
+		})
+	}
+
+	allowed := []struct {
+		name string
+		do   func() error
+	}{
+		{"a Secret copy", func() error {
+			_, err := agent.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ownSecret}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"a host pod using it", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod(ownPod, nil), metav1.CreateOptions{})
+			return err
+		}},
+		{"a Service copy", func() error {
+			_, err := agent.CoreV1().Services(ns).Create(ctx, svc(ownSvc), metav1.CreateOptions{})
+			return err
+		}},
+		{"its EndpointSlice", func() error {
+			_, err := agent.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("web-shop-abcdef0123", ownSvc), metav1.CreateOptions{})
+			return err
+		}},
+		{"deleting its pod", func() error {
+			return agent.CoreV1().Pods(ns).Delete(ctx, ownPod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		}},
+	}
+	for _, tc := range allowed {
+		t.Run("allowed: "+tc.name, func(t *testing.T) {
+			if err := tc.do(); err != nil {
+				t.Errorf("refused: %v", err)
+			}
+		})
+	}
+	t.Run("allowed: exec into its own pod passes admission", func(t *testing.T) {
+		if _, err := agent.CoreV1().Pods(ns).Create(ctx, pod(ownPod, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Past admission the apiserver looks for the pod's node.
+		if err := exec(ownPod); err == nil || apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "does not have a host assigned") {
+			t.Errorf("got %v, want the apiserver's complaint that the pod has no node", err)
+		}
+	})
+	t.Run("nobody else is held: the admin mounts the token", func(t *testing.T) {
+		if _, err := admin.CoreV1().Pods(ns).Create(ctx, pod("admin-pod", secretVolume(n.Token)), metav1.CreateOptions{}); err != nil {
+			t.Errorf("refused: %v", err)
+		}
+	})
+}
