@@ -152,6 +152,14 @@ func apiserverArgs(cfg Config, certs tlsDir, podIP net.IP) []string {
 		"--kubelet-client-key=" + certs.path("client-kube-apiserver.key"),
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--profiling=false",
+		// Without this, SIGTERM stops the listener but leaves every open watch
+		// stream running, and the HTTP server's graceful Shutdown waits for them
+		// until --request-timeout (60s): any client that stays up, such as a
+		// shared-mode agent in another pod, holds the apiserver past stopGrace.
+		// With it, watches are ended as soon as the server stops accepting
+		// requests (clients re-list elsewhere), and the wait for them to drain
+		// is bounded by this grace.
+		"--shutdown-watch-termination-grace-period=5s",
 	}
 	if cfg.DatastoreCAFile != "" {
 		args = append(args, "--etcd-cafile="+cfg.DatastoreCAFile)
@@ -355,7 +363,8 @@ func (s *supervisor) start(name, bin string, args []string) error {
 	return nil
 }
 
-// stop sends SIGTERM to every running child, waits stopGrace, then kills the rest.
+// stop sends SIGTERM to every running child, waits stopGrace, then kills the
+// rest, saying which, so a slow shutdown shows in the pod log.
 func (s *supervisor) stop() error {
 	for name, cmd := range s.children {
 		select {
@@ -364,11 +373,15 @@ func (s *supervisor) stop() error {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	deadline := time.After(stopGrace)
+	// A context rather than time.After: the deadline must stay expired for
+	// every child still running, not fire once for the first of them.
+	graceCtx, cancel := context.WithTimeout(context.Background(), stopGrace)
+	defer cancel()
 	for name, cmd := range s.children {
 		select {
 		case <-s.done[name]:
-		case <-deadline:
+		case <-graceCtx.Done():
+			fmt.Fprintf(os.Stderr, "k3s stand-in: %s still running %s after SIGTERM; killing it\n", name, stopGrace)
 			_ = cmd.Process.Kill()
 			<-s.done[name]
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -196,9 +197,9 @@ type kubeconfigFile struct {
 	} `yaml:"users"`
 }
 
-// useKubeconfig parses data and GETs path with its credentials, returning the CA
-// PEM, the status code and the serving certificate.
-func useKubeconfig(t *testing.T, data []byte, path string) (caPEM []byte, status int, serving *x509.Certificate) {
+// kubeconfigClient parses data and returns the server URL, the CA PEM and an
+// HTTP/2-capable transport carrying its credentials, as client-go would build.
+func kubeconfigClient(t *testing.T, data []byte) (server string, caPEM []byte, transport *http.Transport) {
 	t.Helper()
 	var kc kubeconfigFile
 	if err := yaml.Unmarshal(data, &kc); err != nil || len(kc.Clusters) != 1 || len(kc.Users) != 1 {
@@ -220,10 +221,20 @@ func useKubeconfig(t *testing.T, data []byte, path string) (caPEM []byte, status
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatal("kubeconfig CA does not parse")
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
-	}}
-	resp, err := client.Get(kc.Clusters[0].Cluster.Server + path)
+	transport = &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
+		ForceAttemptHTTP2: true,
+	}
+	return kc.Clusters[0].Cluster.Server, caPEM, transport
+}
+
+// useKubeconfig parses data and GETs path with its credentials, returning the CA
+// PEM, the status code and the serving certificate.
+func useKubeconfig(t *testing.T, data []byte, path string) (caPEM []byte, status int, serving *x509.Certificate) {
+	t.Helper()
+	server, caPEM, transport := kubeconfigClient(t, data)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
+	resp, err := client.Get(server + path)
 	if err != nil {
 		t.Fatalf("GET %s with the kubeconfig: %v", path, err)
 	}
@@ -396,4 +407,64 @@ func tail(s string) string {
 		return "…" + s[len(s)-4000:]
 	}
 	return s
+}
+
+// A client that stays connected through the server's shutdown, as a shared-mode
+// agent in another pod does, must not hold kube-apiserver until the stand-in's
+// stop grace runs out: the apiserver ends the client's watch and exits by itself.
+func TestStandInStopsWhileAClientKeepsAWatchOpen(t *testing.T) {
+	tools := needTools(t)
+	bin := buildStandIn(t)
+	datastore := startEtcd(t, tools)
+
+	dir := t.TempDir()
+	kubeconfigPath := filepath.Join(dir, "kubeconfig.yaml")
+	config := fmt.Sprintf(`datastore-endpoint: %s
+disable-agent: true
+write-kubeconfig: %s
+data-dir: %s
+https-listen-port: %d
+`, datastore, kubeconfigPath, filepath.Join(dir, "k3s"), freePort(t))
+	configPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		"K3S_STANDIN_BIN_DIR=" + tools,
+		"K3S_STANDIN_KCM_PORT=" + strconv.Itoa(freePort(t)),
+		"K3S_STANDIN_SCHEDULER_PORT=" + strconv.Itoa(freePort(t)),
+	}
+	s := start(t, bin, env, "server", "--config", configPath)
+	server, _, transport := kubeconfigClient(t, waitKubeconfig(t, s, kubeconfigPath))
+	defer transport.CloseIdleConnections()
+
+	// A watch over HTTP/2, like an informer's; no client timeout, so only the
+	// server or a lost connection ends it.
+	resp, err := (&http.Client{Transport: transport}).Get(server + "/api/v1/configmaps?watch=true")
+	if err != nil {
+		t.Fatalf("starting a watch: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		t.Fatalf("watch answered %s over %s, want 200 over HTTP/2", resp.Status, resp.Proto)
+	}
+	watchEnded := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		watchEnded <- err
+	}()
+
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.wait(t, stopGrace+20*time.Second); err != nil {
+		t.Fatalf("stand-in did not exit cleanly on SIGTERM: %v\n%s", err, tail(s.output.String()))
+	}
+	if strings.Contains(s.output.String(), "after SIGTERM; killing it") {
+		t.Errorf("a child had to be killed after the stop grace:\n%s", tail(s.output.String()))
+	}
+	// nil is a watch the server ended; an error is a connection that died with the process.
+	if err := <-watchEnded; err != nil {
+		t.Errorf("the watch was cut by the process dying (%v), not ended by the apiserver", err)
+	}
 }
