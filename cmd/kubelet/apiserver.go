@@ -21,15 +21,43 @@ import (
 // Service; a Service recreated later (new ClusterIP) needs an agent restart
 // and new pods.
 func virtualAPIServer(ctx context.Context, host kubernetes.Interface, namespace, service string) (translate.APIServer, error) {
+	svc, err := waitForService(ctx, host, namespace, service, "API", func(*corev1.Service) bool { return true })
+	if err != nil {
+		return translate.APIServer{}, err
+	}
+	return apiServerOf(svc), nil
+}
+
+// serviceClusterIP waits for the cluster's DNS Service (--dns-service) and
+// returns its ClusterIP, the nameserver of ClusterFirst pods. Read once, like
+// the API Service: a recreated DNS Service needs an agent restart and new
+// pods.
+func serviceClusterIP(ctx context.Context, host kubernetes.Interface, namespace, service string) (string, error) {
+	svc, err := waitForService(ctx, host, namespace, service, "DNS", func(s *corev1.Service) bool {
+		return s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone
+	})
+	if err != nil {
+		return "", err
+	}
+	return svc.Spec.ClusterIP, nil
+}
+
+// waitForService reads a Service of the host namespace until it exists and
+// ok accepts it, every 5 seconds.
+func waitForService(ctx context.Context, host kubernetes.Interface, namespace, service, what string, ok func(*corev1.Service) bool) (*corev1.Service, error) {
 	for {
 		svc, err := host.CoreV1().Services(namespace).Get(ctx, service, metav1.GetOptions{})
-		if err == nil {
-			return apiServerOf(svc), nil
+		if err == nil && ok(svc) {
+			return svc, nil
 		}
-		logr.FromContextOrDiscard(ctx).Info("waiting for the cluster's API Service", "service", service, "error", err.Error())
+		reason := "it has no ClusterIP"
+		if err != nil {
+			reason = err.Error()
+		}
+		logr.FromContextOrDiscard(ctx).Info("waiting for the cluster's "+what+" Service", "service", service, "reason", reason)
 		select {
 		case <-ctx.Done():
-			return translate.APIServer{}, fmt.Errorf("reading API Service %s: %w", service, ctx.Err())
+			return nil, fmt.Errorf("reading %s Service %s: %w", what, service, ctx.Err())
 		case <-time.After(5 * time.Second):
 		}
 	}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/k3k-io/k3k/internal/hostclient"
 	"github.com/k3k-io/k3k/pkg/agent"
+	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
@@ -45,7 +46,8 @@ type options struct {
 	credentialsDir, healthAddress          string
 	hostKubeconfig                         string
 	clusterDNS, clusterDomain              string
-	apiServerService                       string
+	apiServerService, dnsService           string
+	dnsPort                                int
 	kubeletPort                            int32
 	cpu, memory, pods                      string
 	resync                                 time.Duration
@@ -87,6 +89,8 @@ copied next to them, their status flows back, deletion works both ways.
 	f.StringVar(&o.clusterDNS, "cluster-dns", "", "nameserver for ClusterFirst pods; empty keeps the host's DNS")
 	f.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "the virtual cluster's DNS domain")
 	f.StringVar(&o.apiServerService, "api-server-service", "", "the cluster's API Service in the host namespace; pods get its name and ClusterIP as KUBERNETES_SERVICE_HOST instead of the host API's. Empty: the host kubelet's values stay")
+	f.StringVar(&o.dnsService, "dns-service", "", "the cluster's DNS Service in the host namespace: pods with dnsPolicy ClusterFirst use its ClusterIP as nameserver, and the agent answers behind it on --dns-port. Overrides --cluster-dns")
+	f.IntVar(&o.dnsPort, "dns-port", 5353, "port (UDP and TCP) of the agent's DNS server, started with --dns-service")
 	f.Int32Var(&o.kubeletPort, "kubelet-port", 10250, "port of the kubelet API (logs, exec, attach, port-forward), advertised in the node status; 0 disables it")
 	f.StringVar(&o.cpu, "capacity-cpu", "8", "CPU capacity the node reports")
 	f.StringVar(&o.memory, "capacity-memory", "32Gi", "memory capacity the node reports")
@@ -201,6 +205,28 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 			return err
 		}
 	}
+	var dnsUDP net.PacketConn
+	var dnsTCP net.Listener
+	var upstreams []string
+	if o.dnsService != "" {
+		if upstreams, err = dnsserver.UpstreamsFromResolvConf("/etc/resolv.conf"); err != nil {
+			return fmt.Errorf("--dns-service: the agent forwards to its own resolvers: %w", err)
+		}
+		// Bound before the Service is read: a port in use fails at once.
+		addr := fmt.Sprintf(":%d", o.dnsPort)
+		if dnsUDP, err = net.ListenPacket("udp", addr); err != nil {
+			return fmt.Errorf("--dns-port: %w", err)
+		}
+		if dnsTCP, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("--dns-port: %w", err)
+		}
+		if cfg.Translate.ClusterDNS, err = serviceClusterIP(ctx, cfg.Host, cfg.Translate.HostNamespace, o.dnsService); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
@@ -232,6 +258,13 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		go func() {
 			if err := a.ServeKubeletAPI(ctx, kln); err != nil {
 				log.Error(err, "kubelet API stopped")
+			}
+		}()
+	}
+	if dnsUDP != nil {
+		go func() {
+			if err := a.ServeDNS(ctx, dnsUDP, dnsTCP, upstreams); err != nil {
+				log.Error(err, "DNS server stopped")
 			}
 		}()
 	}

@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
 	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/podsync"
@@ -281,6 +282,25 @@ func (a *Agent) ServeKubeletAPI(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serving the kubelet API: %w", err)
 	}
 	return nil
+}
+
+// ServeDNS answers DNS on pc (UDP) and ln (TCP) until ctx ends: the virtual
+// cluster's Service names from the Service caches, everything else forwarded
+// to upstreams (the agent pod's own resolvers, the host DNS). Host pods reach
+// it through the cluster's DNS Service, whose ClusterIP is their nameserver
+// (translate.Config.ClusterDNS).
+func (a *Agent) ServeDNS(ctx context.Context, pc net.PacketConn, ln net.Listener, upstreams []string) error {
+	srv, err := dnsserver.New(dnsserver.Config{
+		Domain:    a.tr.Config().ClusterDomain,
+		Source:    a.svcs.DNSSource(),
+		Upstreams: upstreams,
+		Logger:    logr.FromContextOrDiscard(ctx),
+	})
+	if err != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).Info("serving DNS", "udp", pc.LocalAddr().String(), "tcp", ln.Addr().String(), "upstreams", upstreams)
+	return srv.Serve(ctx, pc, ln)
 }
 
 // logWriter turns the HTTP server's log lines into logr messages.

@@ -3,11 +3,13 @@ package cluster
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -27,7 +29,10 @@ const (
 	AgentCredentialsDir    = "/var/lib/k3k/credentials"
 	AgentHealthPort        = 10248
 	AgentKubeletPort       = 10250
-	AgentBinary            = "/usr/local/bin/kubelet"
+	// AgentDNSPort is where the agent answers DNS (UDP and TCP); its DNS
+	// Service maps port 53 to it, so the agent needs no privilege to bind.
+	AgentDNSPort = 5353
+	AgentBinary  = "/usr/local/bin/kubelet"
 	// AgentUID is the non-root user the agent runs as: it needs no file it
 	// does not get through a volume.
 	AgentUID = 65532
@@ -48,6 +53,28 @@ func agentLabels(c *v1beta1.Cluster) map[string]string {
 	l := commonLabels(c)
 	l[LabelComponent] = ComponentAgent
 	return l
+}
+
+// AgentDNSName names the Service in front of the agent's DNS server.
+func AgentDNSName(c *v1beta1.Cluster) string { return "k3k-" + c.Name + "-dns" }
+
+// DesiredAgentDNSService is the nameserver of the virtual cluster's pods: a
+// ClusterIP Service in front of the agent's DNS server (pkg/agent/dnsserver),
+// which answers the virtual Service names and forwards the rest to the host
+// DNS. Pods get its ClusterIP, which outlives agent pods; the agent reads it
+// at start (--dns-service).
+func DesiredAgentDNSService(c *v1beta1.Cluster) *corev1.Service {
+	port := func(proto corev1.Protocol) corev1.ServicePort {
+		return corev1.ServicePort{Name: "dns-" + strings.ToLower(string(proto)), Protocol: proto, Port: 53, TargetPort: intstr.FromInt32(AgentDNSPort)}
+	}
+	return &corev1.Service{
+		ObjectMeta: objectMeta(c, AgentDNSName(c)),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: agentLabels(c),
+			Ports:    []corev1.ServicePort{port(corev1.ProtocolUDP), port(corev1.ProtocolTCP)},
+		},
+	}
 }
 
 // DesiredAgentServiceAccount is the agent's identity on the host.
@@ -131,7 +158,7 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 // AgentArgs is the agent's command line. The Cluster's UID makes the Cluster
 // the owner of every host pod, so they go with it. The API Service is how the
 // virtual cluster's pods reach their API from the host (the host kubelet
-// would point them at the host's).
+// would point them at the host's); the DNS Service is their nameserver.
 func AgentArgs(c *v1beta1.Cluster) []string {
 	return []string{
 		AgentBinary,
@@ -140,6 +167,8 @@ func AgentArgs(c *v1beta1.Cluster) []string {
 		"--host-namespace=" + c.Namespace,
 		"--node-name=" + AgentName(c),
 		"--api-server-service=" + NamesFor(c).Service,
+		"--dns-service=" + AgentDNSName(c),
+		"--dns-port=" + strconv.Itoa(AgentDNSPort),
 		"--credentials-dir=" + AgentCredentialsDir,
 		"--health-address=:" + strconv.Itoa(AgentHealthPort),
 		"--kubelet-port=" + strconv.Itoa(AgentKubeletPort),
@@ -187,6 +216,8 @@ func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
 						Ports: []corev1.ContainerPort{
 							{Name: "health", ContainerPort: AgentHealthPort, Protocol: corev1.ProtocolTCP},
 							{Name: "kubelet", ContainerPort: AgentKubeletPort, Protocol: corev1.ProtocolTCP},
+							{Name: "dns-udp", ContainerPort: AgentDNSPort, Protocol: corev1.ProtocolUDP},
+							{Name: "dns-tcp", ContainerPort: AgentDNSPort, Protocol: corev1.ProtocolTCP},
 						},
 						ReadinessProbe:  probe("/readyz"),
 						LivenessProbe:   probe("/healthz"),

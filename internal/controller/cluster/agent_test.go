@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -36,7 +37,8 @@ func TestAgentDeployment(t *testing.T) {
 	}
 	want := []string{
 		"/usr/local/bin/kubelet", "--cluster-name=demo", "--cluster-uid=cluster-uid", "--host-namespace=tenants",
-		"--node-name=k3k-demo-kubelet", "--api-server-service=k3k-demo-service", "--credentials-dir=/var/lib/k3k/credentials", "--health-address=:10248", "--kubelet-port=10250",
+		"--node-name=k3k-demo-kubelet", "--api-server-service=k3k-demo-service", "--dns-service=k3k-demo-dns", "--dns-port=5353",
+		"--credentials-dir=/var/lib/k3k/credentials", "--health-address=:10248", "--kubelet-port=10250",
 	}
 	ctr := pod.Containers[0]
 	if diff := cmp.Diff(want, ctr.Command); diff != "" {
@@ -56,6 +58,33 @@ func TestAgentDeployment(t *testing.T) {
 	}
 	if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("readiness probe %+v: AgentsReady depends on it", ctr.ReadinessProbe)
+	}
+}
+
+func TestAgentDNSService(t *testing.T) {
+	c := sampleCluster()
+	svc := DesiredAgentDNSService(c)
+	d := DesiredAgentDeployment(c, testConfig)
+	if svc.Name != "k3k-demo-dns" || svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("service %s of type %s", svc.Name, svc.Spec.Type)
+	}
+	if diff := cmp.Diff(d.Spec.Template.Labels, svc.Spec.Selector); diff != "" {
+		t.Errorf("the Service does not select the agent pods (-pod labels +selector):\n%s", diff)
+	}
+	// Port 53 of both protocols reaches a port the agent container declares.
+	declared := map[string]bool{}
+	for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
+		declared[fmt.Sprintf("%s/%d", p.Protocol, p.ContainerPort)] = true
+	}
+	protocols := map[corev1.Protocol]bool{}
+	for _, p := range svc.Spec.Ports {
+		protocols[p.Protocol] = true
+		if p.Port != 53 || !declared[fmt.Sprintf("%s/%d", p.Protocol, p.TargetPort.IntVal)] {
+			t.Errorf("port %s %d -> %s is not served by the agent container (declares %v)", p.Protocol, p.Port, p.TargetPort.String(), declared)
+		}
+	}
+	if !protocols[corev1.ProtocolUDP] || !protocols[corev1.ProtocolTCP] {
+		t.Errorf("DNS needs UDP and TCP (truncated answers are retried over TCP): %v", protocols)
 	}
 }
 

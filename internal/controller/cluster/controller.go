@@ -326,6 +326,9 @@ func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, _ *
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := ensure(ctx, r.Client, c, DesiredAgentDNSService(c), copyServiceSpec); err != nil {
+		return ctrl.Result{}, err
+	}
 	err := ensure(ctx, r.Client, c, DesiredAgentDeployment(c, r.Config), func(live, d *appsv1.Deployment) {
 		// The selector is immutable.
 		live.Spec.Replicas = d.Spec.Replicas

@@ -38,6 +38,7 @@ type Syncer struct {
 	cfg      Config
 	tr       *translate.Translator
 	progress syncloop.Progress // keys are virtual Service keys
+	dns      dnsSource
 }
 
 // New checks cfg and fills in defaults.
@@ -51,7 +52,7 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
-	return &Syncer{cfg: cfg, tr: cfg.Translator}, nil
+	return &Syncer{cfg: cfg, tr: cfg.Translator, dns: dnsSource{tr: cfg.Translator}}, nil
 }
 
 // Synced reports whether the current Run's caches have synced.
@@ -94,6 +95,8 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 		Progress:  &s.progress,
 		Reconcile: r.reconcile,
 		Exists:    r.exists,
+		// Once the caches are complete they answer DNS.
+		Background: []func(context.Context){func(context.Context) { r.publishDNS() }},
 	})
 	defer r.loop.ShutDown()
 

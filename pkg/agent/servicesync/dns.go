@@ -1,0 +1,63 @@
+package servicesync
+
+import (
+	"net/netip"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
+	"github.com/k3k-io/k3k/pkg/agent/translate"
+)
+
+// dnsSource answers the agent's DNS server from the caches of the newest run
+// whose caches synced. A run that ends (credentials changed, virtual API
+// gone) leaves its caches in place until the next one has synced, so names
+// keep resolving through a server restart; before the first sync the source
+// is not ready and the DNS server answers SERVFAIL rather than letting the
+// host DNS deny a virtual name.
+type dnsSource struct {
+	tr  *translate.Translator
+	cur atomic.Pointer[dnsserver.ListerSource]
+}
+
+// DNSSource is the Source of the agent's DNS server (pkg/agent/dnsserver).
+func (s *Syncer) DNSSource() dnsserver.Source { return &s.dns }
+
+// Ready implements dnsserver.Readiness.
+func (d *dnsSource) Ready() bool { return d.cur.Load() != nil }
+
+// Service implements dnsserver.Source. The virtual API's own Service
+// (default/kubernetes) has no host copy; it answers with the cluster's API
+// Service, the address the agent also gives pods as KUBERNETES_SERVICE_HOST.
+func (d *dnsSource) Service(namespace, name string) (dnsserver.Service, bool) {
+	if namespace == metaDefault && name == "kubernetes" {
+		if api := d.tr.Config().APIServer; api.IP != "" {
+			if ip, err := netip.ParseAddr(api.IP); err == nil {
+				return dnsserver.Service{Type: dnsserver.TypeClusterIP, IPs: []netip.Addr{ip},
+					Ports: []dnsserver.Port{{Name: "https", Protocol: corev1.ProtocolTCP, Port: api.Port}}}, true
+			}
+		}
+	}
+	src := d.cur.Load()
+	if src == nil {
+		return dnsserver.Service{}, false
+	}
+	return src.Service(namespace, name)
+}
+
+const metaDefault = "default"
+
+// publishDNS makes r's caches the DNS source; the loop calls it once they
+// have synced.
+func (r *run) publishDNS() {
+	r.dns.cur.Store(&dnsserver.ListerSource{
+		Services:       r.vServices,
+		EndpointSlices: r.vSlices,
+		HostServices:   r.hServices,
+		HostNamespace:  r.tr.Config().HostNamespace,
+		HostServiceName: func(namespace, name string) string {
+			return r.tr.HostName(translate.KindService, namespace, name)
+		},
+	})
+}
