@@ -23,8 +23,10 @@ import (
 // TestSharedAgent: the shared-mode agent (cmd/kubelet) runs a Deployment of the
 // virtual cluster as host pods. The workload is the datastore image's own HTTP
 // health endpoint (an image the host already has): it must reach Running,
-// serve through the virtual Service's host copy, keep running while the server
-// pod is deleted, and status updates must resume afterwards.
+// serve through the virtual Service's host copy, answer kubectl logs, exec and
+// port-forward, be found by its virtual Service name from another pod, keep
+// running while the server pod is deleted, and status updates must resume
+// afterwards.
 func TestSharedAgent(t *testing.T) {
 	image := os.Getenv("E2E_WORKLOAD_IMAGE")
 	if image == "" {
@@ -110,6 +112,15 @@ func TestSharedAgent(t *testing.T) {
 	})
 	t.Logf("virtual Service shop/web serves through host Service %s (%s:80)", hostSvc.Name, hostSvc.Spec.ClusterIP)
 
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := waitVirtualPodRunning(t, v, ns, "app=client", 5*time.Minute)
+	testStreamsAndDNS(t, v, ns, virtualPod.Name, client.Name, hostSvc)
+
 	t.Run("the workload keeps running while the server pod is deleted, and status updates resume", func(t *testing.T) {
 		deleteServerPod(t, v)
 		after := getPod(t, v, hostPod.Name)
@@ -134,6 +145,27 @@ func TestSharedAgent(t *testing.T) {
 		second := waitVirtualPodReady(t, v, ns, virtualPod.Name, 5*time.Minute)
 		t.Logf("second replica %s Ready after the server came back", second.Name)
 	})
+}
+
+// waitVirtualPodRunning waits for a Running pod matching selector in the
+// virtual cluster.
+func waitVirtualPodRunning(t *testing.T, v *vcluster, ns, selector string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var found *corev1.Pod
+	eventually(t, timeout, "a Running virtual pod "+selector, func(ctx context.Context) (bool, error) {
+		pods, err := v.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		for i := range pods.Items {
+			if pods.Items[i].Status.Phase == corev1.PodRunning {
+				found = &pods.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
 }
 
 // waitVirtualPodReady waits for a Running, Ready pod of Deployment web other

@@ -50,3 +50,25 @@ func TestVirtualAPIServerFromTheAPIService(t *testing.T) {
 		}
 	})
 }
+
+func TestDNSServiceClusterIP(t *testing.T) {
+	svc := func(clusterIP string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "k3k-demo-dns", Namespace: "tenants"}, Spec: corev1.ServiceSpec{ClusterIP: clusterIP}}
+	}
+	got, err := serviceClusterIP(context.Background(), fake.NewClientset(svc("10.43.0.53")), "tenants", "k3k-demo-dns")
+	if err != nil || got != "10.43.0.53" {
+		t.Errorf("got %q, %v; want the ClusterIP", got, err)
+	}
+	for name, c := range map[string]*fake.Clientset{
+		"a headless Service is no nameserver": fake.NewClientset(svc(corev1.ClusterIPNone)),
+		"a missing Service is waited for":     fake.NewClientset(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if ip, err := serviceClusterIP(ctx, c, "tenants", "k3k-demo-dns"); err == nil {
+				t.Errorf("got %q without an error", ip)
+			}
+		})
+	}
+}

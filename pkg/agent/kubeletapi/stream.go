@@ -117,7 +117,7 @@ func (p *streamProxy) serve(w http.ResponseWriter, r *http.Request, hostNS, host
 		},
 		Transport: p.transport,
 		ModifyResponse: func(resp *http.Response) error {
-			if resp.StatusCode == http.StatusSwitchingProtocols || hostPod == virtualPod {
+			if resp.StatusCode == http.StatusSwitchingProtocols {
 				return nil
 			}
 			body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -1,0 +1,234 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/utils/ptr"
+)
+
+// toolboxImage is the host cluster's busybox image (hack/hostcluster): sh,
+// cat and nslookup for the client side of the agent tests.
+const toolboxImage = "hostcluster.local/toolbox:v1"
+
+// virtualConfig is the REST configuration of the kubeconfig k3kcli wrote.
+func virtualConfig(t *testing.T, v *vcluster) *rest.Config {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", v.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// execIn runs command in a container of a virtual pod through the virtual
+// API, as kubectl exec does (the virtual apiserver → the agent's kubelet API
+// → the host API → the host kubelet), feeding stdin when it is not empty.
+func execIn(ctx context.Context, rc *rest.Config, ns, pod, container, stdin string, command ...string) (string, string, error) {
+	req := &corev1.PodExecOptions{Container: container, Command: command, Stdin: stdin != "", Stdout: true, Stderr: true}
+	u, err := url.Parse(rc.Host)
+	if err != nil {
+		return "", "", err
+	}
+	u.Path = "/api/v1/namespaces/" + ns + "/pods/" + pod + "/exec"
+	q, err := scheme.ParameterCodec.EncodeParameters(req, corev1.SchemeGroupVersion)
+	if err != nil {
+		return "", "", err
+	}
+	u.RawQuery = q.Encode()
+	exec, err := remotecommand.NewSPDYExecutor(rc, http.MethodPost, u)
+	if err != nil {
+		return "", "", err
+	}
+	var stdout, stderr bytes.Buffer
+	opts := remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}
+	if stdin != "" {
+		opts.Stdin = strings.NewReader(stdin)
+	}
+	err = exec.StreamWithContext(ctx, opts)
+	return stdout.String(), stderr.String(), err
+}
+
+// portForwardGet forwards a local port to port of a virtual pod, as kubectl
+// port-forward does, and GETs path through it.
+func portForwardGet(ctx context.Context, rc *rest.Config, ns, pod string, port int, path string) (string, error) {
+	transport, upgrader, err := spdy.RoundTripperFor(rc)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(rc.Host)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/api/v1/namespaces/" + ns + "/pods/" + pod + "/portforward"
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	var errOut bytes.Buffer
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, &errOut)
+	if err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-done:
+		return "", fmt.Errorf("port-forward: %v %s", err, errOut.String())
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	ports, err := fw.GetPorts()
+	if err != nil {
+		return "", err
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[0].Local)) + path)
+	if err != nil {
+		return "", fmt.Errorf("through the forwarded port: %v %s", err, errOut.String())
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// clientDeployment runs the toolbox in the virtual cluster, idle, as the
+// client side of exec and DNS checks.
+func clientDeployment(ns string) *appsv1.Deployment {
+	labels := map[string]string{"app": "client"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To(int64(1)),
+					Containers: []corev1.Container{{
+						Name: "sh", Image: toolboxImage, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"sh", "-c", "echo client up; exec sleep 3600"},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// testStreamsAndDNS checks kubectl logs, exec (with stdin), port-forward and
+// the virtual Service names on the agent's pods: web serves /healthz on
+// 8080 behind Service web (port 80), client is the toolbox.
+func testStreamsAndDNS(t *testing.T, v *vcluster, ns, web, client string, hostSvc *corev1.Service) {
+	rc := virtualConfig(t, v)
+	api, err := host.CoreV1().Services(v.namespace).Get(context.Background(), v.service(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiIP := api.Spec.ClusterIP
+	t.Run("kubectl logs reaches the host pod", func(t *testing.T) {
+		eventually(t, time.Minute, "the client's log", func(ctx context.Context) (bool, error) {
+			b, err := v.client.CoreV1().Pods(ns).GetLogs(client, &corev1.PodLogOptions{Container: "sh"}).DoRaw(ctx)
+			if err != nil {
+				return false, err
+			}
+			return strings.Contains(string(b), "client up"), nil
+		})
+	})
+	t.Run("kubectl exec runs in the host pod, with stdin and exit status", func(t *testing.T) {
+		var out, errOut string
+		eventually(t, time.Minute, "exec cat", func(ctx context.Context) (bool, error) {
+			var err error
+			out, errOut, err = execIn(ctx, rc, ns, client, "sh", "hello from the virtual cluster\n", "cat")
+			return err == nil, err
+		})
+		if out != "hello from the virtual cluster\n" {
+			t.Errorf("cat echoed %q (stderr %q)", out, errOut)
+		}
+		_, _, err := execIn(context.Background(), rc, ns, client, "sh", "", "sh", "-c", "exit 3")
+		var exit utilexec.CodeExitError
+		if !errors.As(err, &exit) || exit.Code != 3 {
+			t.Errorf("exit 3 came back as %v", err)
+		}
+	})
+	t.Run("kubectl port-forward reaches the pod's port", func(t *testing.T) {
+		var body string
+		eventually(t, time.Minute, "port-forward to web:8080", func(ctx context.Context) (bool, error) {
+			var err error
+			body, err = portForwardGet(ctx, rc, ns, web, 8080, "/healthz")
+			return err == nil, err
+		})
+		t.Logf("GET /healthz through port-forward: %q", strings.TrimSpace(body))
+	})
+	t.Run("pods resolve virtual Service names through the agent's DNS", func(t *testing.T) {
+		// busybox nslookup applies the search path only to names without a
+		// dot, asks every search domain and exits 1 when any of them is
+		// NXDOMAIN (web.svc.cluster.local is), so the answer is read from its
+		// output; an exec that fails otherwise is retried. (Its wget cannot
+		// resolve names at all: the static binary's getaddrinfo crashes.)
+		for _, name := range []string{"web", "web." + ns + ".svc.cluster.local"} {
+			want := "Address: " + hostSvc.Spec.ClusterIP
+			eventually(t, time.Minute, "nslookup "+name, func(ctx context.Context) (bool, error) {
+				o, e, err := execIn(ctx, rc, ns, client, "sh", "", "nslookup", name)
+				var exit utilexec.CodeExitError
+				if (err != nil && !errors.As(err, &exit)) || !strings.Contains(o, want) {
+					return false, fmt.Errorf("nslookup: %v: %q %q", err, o, e)
+				}
+				return true, nil
+			})
+			t.Logf("nslookup %s → %s", name, hostSvc.Spec.ClusterIP)
+		}
+		// The virtual API by its in-cluster name: the cluster's API Service.
+		eventually(t, time.Minute, "nslookup kubernetes.default.svc.cluster.local.", func(ctx context.Context) (bool, error) {
+			o, e, err := execIn(ctx, rc, ns, client, "sh", "", "nslookup", "kubernetes.default.svc.cluster.local.")
+			if err != nil || !strings.Contains(o, "Address: "+apiIP) {
+				return false, fmt.Errorf("nslookup: %v: %q %q, want %s", err, o, e, apiIP)
+			}
+			return true, nil
+		})
+	})
+	t.Run("the agent guard keeps kubectl exec off the server pod", func(t *testing.T) {
+		// The agent's own host identity may not exec into the server pod even
+		// though its Role allows pods/exec: impersonate it on the host.
+		hc := rest.CopyConfig(hostRESTConfig(t))
+		hc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + v.namespace + ":k3k-" + v.name + "-kubelet",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + v.namespace, "system:authenticated"}}
+		_, _, err := execIn(context.Background(), hc, v.namespace, v.pod(), "k3s", "", "cat", "/proc/self/status")
+		if err == nil || !strings.Contains(err.Error(), "of objects it named") {
+			t.Errorf("exec into %s as the agent: %v, want the guard's refusal", v.pod(), err)
+		}
+	})
+}
+
+// hostRESTConfig is the host cluster's admin configuration the suite uses.
+func hostRESTConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.hostKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
