@@ -37,6 +37,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -239,24 +240,13 @@ func (a *Agent) ServeKubeletAPI(ctx context.Context, ln net.Listener) error {
 	if ip := net.ParseIP(a.cfg.Node.InternalIP); ip != nil {
 		ips = append(ips, ip)
 	}
-	var cert *tls.Certificate
-	for cert == nil {
-		if client := a.currentVirtual(); client != nil {
-			attempt, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			cert, err = kubeletapi.ServingCertificate(attempt, client, a.cfg.Node.Name, ips)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				log.Info("no kubelet serving certificate yet; retrying", "error", err.Error())
-			}
-		}
-		if cert == nil {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(5 * time.Second):
-			}
-		}
+	cert := a.servingCertificate(ctx, ips)
+	if cert == nil {
+		return nil // ctx ended
 	}
+	var current atomic.Pointer[tls.Certificate]
+	current.Store(cert)
+	go a.renewServingCertificate(ctx, &current, ips)
 	srv := &http.Server{
 		Handler: handler,
 		// Failed handshakes (scanners, clients without the cluster CA) are
@@ -264,7 +254,8 @@ func (a *Agent) ServeKubeletAPI(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          stdlog.New(logWriter{log.V(1)}, "", 0),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{*cert},
+			// The certificate is renewed while the server runs.
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return current.Load(), nil },
 			// Verified by the handler against the virtual cluster's client CA,
 			// which can change while the server runs.
 			ClientAuth: tls.RequestClientCert,
@@ -301,6 +292,50 @@ func (a *Agent) ServeDNS(ctx context.Context, pc net.PacketConn, ln net.Listener
 	}
 	logr.FromContextOrDiscard(ctx).Info("serving DNS", "udp", pc.LocalAddr().String(), "tcp", ln.Addr().String(), "upstreams", upstreams)
 	return srv.Serve(ctx, pc, ln)
+}
+
+// servingCertificate obtains a kubelet serving certificate from the virtual
+// cluster, retrying every few seconds until it is issued; nil when ctx ends
+// first.
+func (a *Agent) servingCertificate(ctx context.Context, ips []net.IP) *tls.Certificate {
+	log := logr.FromContextOrDiscard(ctx)
+	for {
+		if client := a.currentVirtual(); client != nil {
+			attempt, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			cert, err := kubeletapi.ServingCertificate(attempt, client, a.cfg.Node.Name, ips)
+			cancel()
+			if err == nil {
+				return cert
+			}
+			if ctx.Err() == nil {
+				log.Info("no kubelet serving certificate yet; retrying", "error", err.Error())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// renewServingCertificate replaces the served certificate at
+// kubeletapi.RenewAt of the current one, until ctx ends. Connections made
+// before keep their certificate; new ones get the renewed one.
+func (a *Agent) renewServingCertificate(ctx context.Context, current *atomic.Pointer[tls.Certificate], ips []net.IP) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(kubeletapi.RenewAt(current.Load().Leaf))):
+		}
+		cert := a.servingCertificate(ctx, ips)
+		if cert == nil {
+			return
+		}
+		current.Store(cert)
+		logr.FromContextOrDiscard(ctx).Info("kubelet serving certificate renewed", "notAfter", cert.Leaf.NotAfter)
+	}
 }
 
 // logWriter turns the HTTP server's log lines into logr messages.

@@ -33,7 +33,7 @@ func TestAgentServesContainerLogs(t *testing.T) {
 	c := ctx(t)
 	signCtx, stopSigning := context.WithCancel(c)
 	defer stopSigning()
-	go signServingCSRs(signCtx)
+	go signServingCSRs(signCtx, time.Hour)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -178,8 +178,8 @@ func issueClient(t *testing.T, ca *testenv.CertKey, name string) *tls.Certificat
 }
 
 // signServingCSRs issues every approved kubelet-serving CSR with the virtual
-// cluster's CA until ctx ends.
-func signServingCSRs(ctx context.Context) {
+// cluster's CA, valid for lifetime from now, until ctx ends.
+func signServingCSRs(ctx context.Context, lifetime time.Duration) {
 	caCerts, err1 := certutil.ParseCertsPEM(virtualCA.Cert)
 	caKey, err2 := keyutil.ParsePrivateKeyPEM(virtualCA.Key)
 	if err := errors.Join(err1, err2); err != nil {
@@ -193,7 +193,7 @@ func signServingCSRs(ctx context.Context) {
 				if req.Spec.SignerName != certificatesv1.KubeletServingSignerName || len(req.Status.Certificate) > 0 || !isApproved(req) {
 					continue
 				}
-				if certPEM, err := signCSR(req.Spec.Request, caCerts[0], caKey); err == nil {
+				if certPEM, err := signCSR(req.Spec.Request, caCerts[0], caKey, lifetime); err == nil {
 					req.Status.Certificate = certPEM
 					_, _ = virtAdmin.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, req, metav1.UpdateOptions{})
 				}
@@ -215,7 +215,7 @@ func isApproved(req *certificatesv1.CertificateSigningRequest) bool {
 	return false
 }
 
-func signCSR(csrPEM []byte, ca *x509.Certificate, key any) ([]byte, error) {
+func signCSR(csrPEM []byte, ca *x509.Certificate, key any, lifetime time.Duration) ([]byte, error) {
 	block, _ := pem.Decode(csrPEM)
 	if block == nil {
 		return nil, errors.New("no PEM block")
@@ -230,7 +230,7 @@ func signCSR(csrPEM []byte, ca *x509.Certificate, key any) ([]byte, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial, Subject: csr.Subject, DNSNames: csr.DNSNames, IPAddresses: csr.IPAddresses,
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		NotBefore: time.Now(), NotAfter: time.Now().Add(lifetime),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, csr.PublicKey, key)
@@ -238,4 +238,62 @@ func signCSR(csrPEM []byte, ca *x509.Certificate, key any) ([]byte, error) {
 		return nil, fmt.Errorf("signing: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// TestAgentRenewsItsServingCertificate: with certificates the cluster issues
+// for 10 seconds, the kubelet API serves a new one from 80% of the lifetime on,
+// without a restart, and requests keep working.
+func TestAgentRenewsItsServingCertificate(t *testing.T) {
+	c := ctx(t)
+	signCtx, stopSigning := context.WithCancel(c)
+	defer stopSigning()
+	go signServingCSRs(signCtx, 10*time.Second)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(c)
+	served := make(chan error, 1)
+	go func() { served <- theAgent.ServeKubeletAPI(serveCtx, ln) }()
+	defer func() {
+		stopServing()
+		if err := <-served; err != nil {
+			t.Errorf("kubelet API: %v", err)
+		}
+	}()
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(virtualCA.Cert)
+	// servedCert handshakes with the kubelet API, verifying against the
+	// cluster CA, and returns the certificate it served.
+	servedCert := func() (*x509.Certificate, error) {
+		conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0], nil
+	}
+	var first *x509.Certificate
+	eventually(t, "kubelet API serving", func() (err error) {
+		first, err = servedCert()
+		return err
+	})
+	var renewed *x509.Certificate
+	eventually(t, "a renewed serving certificate", func() error {
+		cert, err := servedCert()
+		if err != nil {
+			return err
+		}
+		if cert.SerialNumber.Cmp(first.SerialNumber) == 0 {
+			return fmt.Errorf("still serial %s (valid until %s)", first.SerialNumber, first.NotAfter.Format(time.RFC3339))
+		}
+		renewed = cert
+		return nil
+	})
+	// Renewed from the 80% mark on (8 s into 10), before the old one expired.
+	if at := renewed.NotBefore.Sub(first.NotBefore); at < 8*time.Second-time.Second || renewed.NotBefore.After(first.NotAfter) {
+		t.Errorf("renewed %s after the first certificate's start; it expired at %s and the new one starts %s", at, first.NotAfter, renewed.NotBefore)
+	}
 }

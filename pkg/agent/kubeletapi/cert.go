@@ -3,6 +3,7 @@ package kubeletapi
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
 	"net"
@@ -61,6 +62,7 @@ func ServingCertificate(ctx context.Context, client kubernetes.Interface, nodeNa
 	if err != nil {
 		return nil, fmt.Errorf("issued serving certificate: %w", err)
 	}
+	// Leaf is filled in by X509KeyPair since Go 1.23; RenewAt reads it.
 	return &pair, nil
 }
 
@@ -71,4 +73,13 @@ func approved(req *certificatesv1.CertificateSigningRequest) bool {
 		}
 	}
 	return false
+}
+
+// RenewAt is when a serving certificate should be replaced: at 80% of its
+// lifetime, as kubelet's certificate manager does by default (it picks a
+// random point between 70% and 90%), leaving a fifth of the lifetime for
+// retries should the virtual cluster be down then.
+func RenewAt(cert *x509.Certificate) time.Time {
+	life := cert.NotAfter.Sub(cert.NotBefore)
+	return cert.NotBefore.Add(life * 8 / 10)
 }
