@@ -309,15 +309,7 @@ disable: [servicelb, traefik, metrics-server, local-storage]
 egress-selector-mode: disabled
 https-listen-port: 6443
 `, datastore, kubeconfigPath, tokenFile, dataDir)
-	configPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		"K3S_STANDIN_BIN_DIR=" + tools,
-		"K3S_STANDIN_KCM_PORT=" + strconv.Itoa(freePort(t)),
-		"K3S_STANDIN_SCHEDULER_PORT=" + strconv.Itoa(freePort(t)),
-	}
+	configPath, env := standinConfig(t, dir, tools, config)
 	// The port from the file is overridden on the command line, as the controller may do.
 	args := []string{"server", "--config", configPath, "--https-listen-port=" + strconv.Itoa(port)}
 
@@ -425,15 +417,7 @@ write-kubeconfig: %s
 data-dir: %s
 https-listen-port: %d
 `, datastore, kubeconfigPath, filepath.Join(dir, "k3s"), freePort(t))
-	configPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		"K3S_STANDIN_BIN_DIR=" + tools,
-		"K3S_STANDIN_KCM_PORT=" + strconv.Itoa(freePort(t)),
-		"K3S_STANDIN_SCHEDULER_PORT=" + strconv.Itoa(freePort(t)),
-	}
+	configPath, env := standinConfig(t, dir, tools, config)
 	s := start(t, bin, env, "server", "--config", configPath)
 	server, _, transport := kubeconfigClient(t, waitKubeconfig(t, s, kubeconfigPath))
 	defer transport.CloseIdleConnections()
@@ -466,5 +450,22 @@ https-listen-port: %d
 	// nil is a watch the server ended; an error is a connection that died with the process.
 	if err := <-watchEnded; err != nil {
 		t.Errorf("the watch was cut by the process dying (%v), not ended by the apiserver", err)
+	}
+}
+
+// standinConfig writes config as the stand-in's config file in dir and
+// returns its path and the environment that points the stand-in at the
+// upstream binaries in tools, with free ports for its controller-manager and
+// scheduler.
+func standinConfig(t *testing.T, dir, tools, config string) (string, []string) {
+	t.Helper()
+	configPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return configPath, []string{
+		"K3S_STANDIN_BIN_DIR=" + tools,
+		"K3S_STANDIN_KCM_PORT=" + strconv.Itoa(freePort(t)),
+		"K3S_STANDIN_SCHEDULER_PORT=" + strconv.Itoa(freePort(t)),
 	}
 }

@@ -31,23 +31,7 @@ import (
 // kubelet serving certificates with the cluster CA (envtest runs none).
 func TestAgentServesContainerLogs(t *testing.T) {
 	c := ctx(t)
-	signCtx, stopSigning := context.WithCancel(c)
-	defer stopSigning()
-	go signServingCSRs(signCtx, time.Hour)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveCtx, stopServing := context.WithCancel(c)
-	served := make(chan error, 1)
-	go func() { served <- theAgent.ServeKubeletAPI(serveCtx, ln) }()
-	defer func() {
-		stopServing()
-		if err := <-served; err != nil {
-			t.Errorf("kubelet API: %v", err)
-		}
-	}()
+	ln := serveKubeletAPI(t, time.Hour)
 
 	const ns = "logs"
 	virtualNamespace(t, ns)
@@ -164,6 +148,31 @@ func TestAgentServesContainerLogs(t *testing.T) {
 	}
 }
 
+// serveKubeletAPI runs the suite agent's kubelet API on a fresh loopback port
+// until the test ends, with a signer issuing its serving certificates for
+// lifetime, and returns the listener.
+func serveKubeletAPI(t *testing.T, lifetime time.Duration) net.Listener {
+	t.Helper()
+	c := ctx(t)
+	signCtx, stopSigning := context.WithCancel(c)
+	go signServingCSRs(signCtx, lifetime)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(c)
+	served := make(chan error, 1)
+	go func() { served <- theAgent.ServeKubeletAPI(serveCtx, ln) }()
+	t.Cleanup(func() {
+		stopServing()
+		stopSigning()
+		if err := <-served; err != nil {
+			t.Errorf("kubelet API: %v", err)
+		}
+	})
+	return ln
+}
+
 func issueClient(t *testing.T, ca *testenv.CertKey, name string) *tls.Certificate {
 	t.Helper()
 	ck, err := ca.Issue(testenv.CertSpec{CommonName: name})
@@ -244,24 +253,7 @@ func signCSR(csrPEM []byte, ca *x509.Certificate, key any, lifetime time.Duratio
 // for 10 seconds, the kubelet API serves a new one from 80% of the lifetime on,
 // without a restart, and requests keep working.
 func TestAgentRenewsItsServingCertificate(t *testing.T) {
-	c := ctx(t)
-	signCtx, stopSigning := context.WithCancel(c)
-	defer stopSigning()
-	go signServingCSRs(signCtx, 10*time.Second)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveCtx, stopServing := context.WithCancel(c)
-	served := make(chan error, 1)
-	go func() { served <- theAgent.ServeKubeletAPI(serveCtx, ln) }()
-	defer func() {
-		stopServing()
-		if err := <-served; err != nil {
-			t.Errorf("kubelet API: %v", err)
-		}
-	}()
+	ln := serveKubeletAPI(t, 10*time.Second)
 
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(virtualCA.Cert)

@@ -102,6 +102,20 @@ func bigSource() (fakeSource, []string) {
 	return src, want
 }
 
+// loopbackSockets are a UDP and a TCP socket on free loopback ports.
+func loopbackSockets(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc, ln
+}
+
 // testServer serves src on fresh sockets with the given upstreams and
 // returns the UDP and TCP addresses. Cleanup stops it and checks that Serve
 // returned nil.
@@ -112,14 +126,7 @@ func testServer(t *testing.T, upstreams ...string) (udpAddr, tcpAddr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, ln := loopbackSockets(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, pc, ln) }()
@@ -253,14 +260,7 @@ func TestServeStopsWhenTheContextEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, ln := loopbackSockets(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, pc, ln) }()
