@@ -105,10 +105,13 @@ func TestSharedAgent(t *testing.T) {
 	eventually(t, 3*time.Minute, "the host copy of Service web with the pod as its endpoint", func(ctx context.Context) (bool, error) {
 		s, ok := findHostCopy(ctx, v, "services", ns, "web")
 		if !ok {
-			return false, nil
+			return false, fmt.Errorf("no host copy of Service shop/web yet")
 		}
 		hostSvc = s.(*corev1.Service)
-		return httpOK(hostSvc.Spec.ClusterIP, 80) == nil, nil
+		if err := httpOK(hostSvc.Spec.ClusterIP, 80); err != nil {
+			return false, fmt.Errorf("host Service %s: %w", hostSvc.Name, err)
+		}
+		return true, nil
 	})
 	t.Logf("virtual Service shop/web serves through host Service %s (%s:80)", hostSvc.Name, hostSvc.Spec.ClusterIP)
 
