@@ -15,7 +15,8 @@ import (
 
 // ackGuard decides when kine's answer to a write may reach the client. It holds
 // the answer back until the write is durable (SyncGroup), and it refuses to
-// acknowledge a create that kine reports as done but did not store.
+// pass on kine's answer to a write that kine did not store: a create reported
+// as done, an update or delete reported as a conflict.
 //
 // The second part works around two kine v0.17.5 bugs in LogStructured.Create:
 //
@@ -31,14 +32,16 @@ import (
 //
 // So after every successful create the guard reads the row the create wrote
 // and answers with its revision; when there is none it sends the create again,
-// then refuses (createAttempts). Updates and
-// deletes do not have the first problem: kine answers them with a failed
-// compare, which the client retries and eventually reports.
+// then refuses (writeAttempts). An update or delete whose insert fails is
+// answered as a failed compare with the key unchanged, which a client takes
+// for a conflict and retries at once; the guard recognises it by the key
+// still being at the compared revision (unappliedWrite), sends it again and
+// then refuses the same way.
 type ackGuard struct {
 	side  *sql.DB
 	gsync *groupSync // nil in SyncCommit mode
 	ckpt  *checkpointer
-	gate  writeGate
+	gate  *writeGate
 	log   logr.Logger
 	// createdStmt is createAt, prepared on first use (kine creates the table
 	// after the guard exists). The pure-Go driver has no statement cache, and
@@ -47,7 +50,7 @@ type ackGuard struct {
 	createdStmt *sql.Stmt
 }
 
-func newAckGuard(side *sql.DB, gsync *groupSync, ckpt *checkpointer, gate writeGate, log logr.Logger) *ackGuard {
+func newAckGuard(side *sql.DB, gsync *groupSync, ckpt *checkpointer, gate *writeGate, log logr.Logger) *ackGuard {
 	return &ackGuard{side: side, gsync: gsync, ckpt: ckpt, gate: gate, log: log}
 }
 
@@ -77,41 +80,55 @@ func (a *ackGuard) unaryInterceptor(ctx context.Context, req any, info *grpc.Una
 		return handler(ctx, req)
 	}
 	for attempt := 1; ; attempt++ {
-		resp, err := a.write(ctx, req, handler)
-		if errors.Is(err, errNotStored) && attempt < createAttempts {
-			// kine swallows the error of a failed insert and reports the
-			// create as done (see storedRevision). Nothing was written, so
-			// sending the same transaction again is what a client's retry
-			// would do; its compare is evaluated afresh.
-			a.log.Info("kine reported a create that it did not store; sending it again",
-				"key", createKey(req), "attempt", attempt)
+		resp, err := a.write(ctx, info.FullMethod, req, handler)
+		notStored, notApplied := errors.Is(err, errNotStored), errors.Is(err, errNotApplied)
+		if (notStored || notApplied) && attempt < writeAttempts {
+			// kine swallows the error of a failed insert (see ackGuard).
+			// Nothing was written, so sending the same transaction again is
+			// what a client's retry would do; its compare is evaluated afresh.
+			msg := "kine reported a create that it did not store; sending it again"
+			if notApplied {
+				msg = "kine answered a write as a failed compare although the key is at the compared revision: the write failed inside kine; sending it again"
+			}
+			a.log.Info(msg, "method", info.FullMethod, "key", writeKey(req), "attempt", attempt)
 			continue
 		}
-		if errors.Is(err, errNotStored) {
+		if notStored || notApplied {
+			// An error, not kine's false answer: a false "conflict" would
+			// send kube-apiserver round its update loop without a pause
+			// until its deadline, and the write would fail silently.
 			return nil, status.Error(codes.Unavailable,
-				"the create was not stored: the database did not take the write (full volume, or a transient failure); nothing was changed, retry")
+				"the write was not stored: the database did not take it (full volume, or a transient failure); nothing was changed, retry")
 		}
 		return resp, err
 	}
 }
 
-// createAttempts bounds how often a create that kine reported but did not
+// writeAttempts bounds how often a write that kine reported but did not
 // store is sent again before the client gets an error.
-const createAttempts = 3
+const writeAttempts = 3
 
-// errNotStored: kine answered a create as successful but wrote no row.
-var errNotStored = errors.New("create not stored")
+var (
+	// errNotStored: kine answered a create as successful but wrote no row.
+	errNotStored = errors.New("create not stored")
+	// errNotApplied: kine answered a write as a failed compare although the
+	// key is at the compared revision, see unappliedWrite.
+	errNotApplied = errors.New("write not applied")
+)
 
 // write passes one write to kine through the gate, waits for its fsync and
 // corrects a create's answer (see ackGuard).
-func (a *ackGuard) write(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
-	if err := a.gate.enter(ctx); err != nil {
+func (a *ackGuard) write(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	if err := a.gate.enter(ctx, method, writeKey(req)); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	resp, err := handler(ctx, req)
+	resp, err := a.inGate(ctx, req, handler)
 	a.gate.leave()
 	if err != nil {
 		return resp, err
+	}
+	if unappliedWrite(req, resp) {
+		return nil, errNotApplied
 	}
 	// The fsync starts now, after the commit; the create check runs while it
 	// does.
@@ -140,27 +157,13 @@ func (a *ackGuard) write(ctx context.Context, req any, handler grpc.UnaryHandler
 	return resp, nil
 }
 
-// writeGate lets one write at a time into SQLite. SQLite has one writer at a
-// time; a second BEGIN IMMEDIATE does not queue but sleeps in SQLite's busy
-// handler (1, 2, 5, 10 ms, ...) and retries, long after the first writer, which
-// holds the lock for a fraction of a millisecond, is done. Waiting here instead
-// hands the lock over as soon as it is free. The checkpointer takes the gate
-// too, for the short step that needs no writer running.
-type writeGate chan struct{}
-
-func newWriteGate() writeGate { return make(writeGate, 1) }
-
-// enter waits for the gate, or for ctx to end.
-func (g writeGate) enter(ctx context.Context) error {
-	select {
-	case g <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// inGate runs kine's handler while the write holds the gate. It is a function
+// of its own so that a stall report can find the holder's stack by its name.
+//
+//go:noinline
+func (a *ackGuard) inGate(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	return handler(ctx, req)
 }
-
-func (g writeGate) leave() { <-g }
 
 // storedRevision returns the revision of the row a create of key, reported by
 // kine at revision rev, wrote; an error when it wrote none.
@@ -202,6 +205,33 @@ func (a *ackGuard) createdQuery(ctx context.Context) (*sql.Stmt, error) {
 	return a.createdStmt, nil
 }
 
+// unappliedWrite tells whether kine answered a write guarded by the key's mod
+// revision (kube-apiserver's updates and deletes) as a failed compare while
+// the key is at exactly that revision. etcd never does: the compare holds.
+// kine v0.17.5 does when its insert fails (LogStructured.Update and Delete
+// swallow the error and answer with the key as it is), and no concurrent
+// write can explain it, since every write gives the key a new revision.
+func unappliedWrite(req, resp any) bool {
+	txn, ok := req.(*etcdserverpb.TxnRequest)
+	if !ok || len(txn.Compare) != 1 {
+		return false
+	}
+	r, ok := resp.(*etcdserverpb.TxnResponse)
+	if !ok || r.Succeeded || len(r.Responses) != 1 {
+		return false
+	}
+	c := txn.Compare[0]
+	if c.Target != etcdserverpb.Compare_MOD || c.Result != etcdserverpb.Compare_EQUAL || c.GetModRevision() <= 0 {
+		return false
+	}
+	current := r.Responses[0].GetResponseRange()
+	if current == nil || len(current.Kvs) != 1 {
+		return false
+	}
+	kv := current.Kvs[0]
+	return string(kv.Key) == string(c.Key) && kv.ModRevision == c.GetModRevision()
+}
+
 // setRevision makes a create's answer carry the revision of the row it wrote,
 // as etcd's does.
 func setRevision(txn *etcdserverpb.TxnResponse, rev int64) {
@@ -234,4 +264,28 @@ func createKey(req any) string {
 		return ""
 	}
 	return string(put.Key)
+}
+
+// writeKey names the key a write changes, for a stall report: the key of a
+// Put or DeleteRange, the first compared key of a Txn, "" for a Compact.
+func writeKey(req any) string {
+	switch r := req.(type) {
+	case *etcdserverpb.PutRequest:
+		return string(r.Key)
+	case *etcdserverpb.DeleteRangeRequest:
+		return string(r.Key)
+	case *etcdserverpb.TxnRequest:
+		if len(r.Compare) > 0 {
+			return string(r.Compare[0].Key)
+		}
+		for _, op := range r.Success {
+			if put := op.GetRequestPut(); put != nil {
+				return string(put.Key)
+			}
+			if del := op.GetRequestDeleteRange(); del != nil {
+				return string(del.Key)
+			}
+		}
+	}
+	return ""
 }

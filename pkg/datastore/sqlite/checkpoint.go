@@ -30,13 +30,13 @@ const checkpointEvery = 128
 // so SQLite's own checkpoints run as well; the two do not conflict.
 type checkpointer struct {
 	db     *sql.DB
-	gate   writeGate
+	gate   *writeGate
 	writes atomic.Int64
 	kick   chan struct{}
 	done   chan struct{}
 }
 
-func newCheckpointer(db *sql.DB, gate writeGate) *checkpointer {
+func newCheckpointer(db *sql.DB, gate *writeGate) *checkpointer {
 	return &checkpointer{db: db, gate: gate, kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -74,10 +74,18 @@ func (c *checkpointer) checkpoint(ctx context.Context) error {
 	if err := c.passive(ctx); err != nil {
 		return err
 	}
-	if err := c.gate.enter(ctx); err != nil {
+	if err := c.gate.enter(ctx, "checkpoint", ""); err != nil {
 		return err
 	}
 	defer c.gate.leave()
+	return c.gatedPass(ctx)
+}
+
+// gatedPass is the pass that holds the gate, a function of its own so that a
+// stall report can find it by its name.
+//
+//go:noinline
+func (c *checkpointer) gatedPass(ctx context.Context) error {
 	return c.passive(ctx)
 }
 

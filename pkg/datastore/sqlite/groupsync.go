@@ -7,6 +7,9 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // groupSync makes committed SQLite writes durable in batches: every caller of
@@ -30,6 +33,11 @@ type groupSync struct {
 	walIno  uint64
 	err     error
 	failed  chan struct{}
+	// syncSince is when the running fsync started (zero when none runs);
+	// reported says the stall watch has reported that one.
+	syncSince time.Time
+	reported  bool
+	log       logr.Logger
 }
 
 type syncBatch struct {
@@ -38,7 +46,29 @@ type syncBatch struct {
 }
 
 func newGroupSync(dbPath, dir string) *groupSync {
-	return &groupSync{walPath: dbPath + "-wal", dbPath: dbPath, dir: dir, failed: make(chan struct{})}
+	return &groupSync{walPath: dbPath + "-wal", dbPath: dbPath, dir: dir, failed: make(chan struct{}), log: logr.Discard()}
+}
+
+// watch reports, once per fsync, an fsync that runs longer than after, until
+// ctx ends: every write waits for it before it is acknowledged. log also
+// receives the end of such an fsync.
+func (g *groupSync) watch(ctx context.Context, log logr.Logger, after time.Duration) {
+	g.mu.Lock()
+	g.log = log
+	g.mu.Unlock()
+	every(ctx, after, func() {
+		g.mu.Lock()
+		since := g.syncSince
+		stalled := !since.IsZero() && !g.reported && time.Since(since) > after
+		if stalled {
+			g.reported = true
+		}
+		g.mu.Unlock()
+		if stalled {
+			log.Info("an fsync of the WAL has not finished; no write is acknowledged until it does",
+				"file", g.walPath, "running", time.Since(since).Round(time.Millisecond).String())
+		}
+	})
 }
 
 // start asks for an fsync that begins after the call, and returns the batch
@@ -83,11 +113,14 @@ func (g *groupSync) loop() {
 			return
 		}
 		ino := g.walIno
+		g.syncSince, g.reported = time.Now(), false
 		g.mu.Unlock()
 
 		newIno, err := g.fsync(ino)
 
 		g.mu.Lock()
+		wasReported, since, log := g.reported, g.syncSince, g.log
+		g.syncSince = time.Time{}
 		if err != nil && g.err == nil {
 			g.err = fmt.Errorf("flushing the database to disk failed, later writes cannot be made durable: %w", err)
 			close(g.failed)
@@ -98,6 +131,9 @@ func (g *groupSync) loop() {
 		b.err = g.err
 		g.mu.Unlock()
 		close(b.done)
+		if wasReported {
+			log.Info("the slow fsync of the WAL finished", "took", time.Since(since).Round(time.Millisecond).String())
+		}
 	}
 }
 

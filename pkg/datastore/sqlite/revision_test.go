@@ -76,7 +76,7 @@ func TestRecreateAnswersWithTheRowsRevision(t *testing.T) {
 // create as successful without having stored it (it swallows the failed
 // insert; seen in the e2e suite a few seconds after start). The guard sends
 // the same transaction again, and gives the client a retryable error only
-// after createAttempts such answers. The handler here plays kine: its first
+// after writeAttempts such answers. The handler here plays kine: its first
 // answer is the buggy one, then it really creates through the running store.
 func TestACreateKineReportedButDidNotStoreIsSentAgain(t *testing.T) {
 	s := openT(t, Config{DataDir: t.TempDir(), ListenAddress: "127.0.0.1:0"})
@@ -119,7 +119,7 @@ func TestACreateKineReportedButDidNotStoreIsSentAgain(t *testing.T) {
 		calls++
 		return proto.Clone(buggy), nil
 	})
-	if status.Code(err) != codes.Unavailable || calls != createAttempts {
-		t.Fatalf("a create never stored: %v after %d calls, want Unavailable after %d", err, calls, createAttempts)
+	if status.Code(err) != codes.Unavailable || calls != writeAttempts {
+		t.Fatalf("a create never stored: %v after %d calls, want Unavailable after %d", err, calls, writeAttempts)
 	}
 }

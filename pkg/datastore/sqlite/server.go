@@ -104,16 +104,18 @@ func Open(ctx context.Context, cfg Config) (_ *Server, rerr error) {
 	if s.side, err = openSide(s.dbPath); err != nil {
 		return nil, err
 	}
+	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = stop
 	if cfg.Sync == SyncGroup {
 		s.gsync = newGroupSync(s.dbPath, dir)
+		go s.gsync.watch(serveCtx, log, stallAfter)
 		go func() {
 			<-s.gsync.failed
 			close(s.failed)
 		}()
 	}
-	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s.stop = stop
 	gate := newWriteGate()
+	go gate.watch(serveCtx, log, stallAfter)
 	s.ckpt = newCheckpointer(s.side, gate)
 	go s.ckpt.run(serveCtx)
 	guard := newAckGuard(s.side, s.gsync, s.ckpt, gate, log)
@@ -174,6 +176,17 @@ func kineParams(cfg Config) string {
 	// Checkpoints run in the background (see checkpointer), not inside a
 	// write. A pragma in the DSN reaches every connection kine opens.
 	q.Add("_pragma", "wal_autocheckpoint(0)")
+	// SQLite keeps its temporary files in memory: the statement journal of
+	// an insert that changes more than 16 existing pages (64 KiB: an index
+	// page split that rebalances its neighbours), and the sorts and temporary
+	// tables of big reads. As files they need a writable /tmp, /var/tmp or
+	// working directory, which the datastore container (read-only root
+	// filesystem) does not have. There such an insert failed with
+	// SQLITE_IOERR_GETTEMPPATH, and the same insert failed again on every
+	// retry; kine answered the create as done and the update as a failed
+	// compare, which kube-apiserver retries at once until its deadline. Lease
+	// renewals stopped that way a few minutes into an e2e run.
+	q.Add("_pragma", "temp_store(MEMORY)")
 	if cfg.CacheBytes > 0 {
 		q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", cfg.CacheBytes/1024))
 	}

@@ -17,5 +17,6 @@ func sideDSN(path string) string {
 	q := url.Values{}
 	q.Add("mode", "rw") // never create a file
 	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "temp_store(MEMORY)") // no writable temp dir in the container, see kineParams
 	return "file:" + path + "?" + q.Encode()
 }
