@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
@@ -31,16 +30,6 @@ import (
 // toolboxImage is the host cluster's busybox image (hack/hostcluster): sh,
 // cat and nslookup for the client side of the agent tests.
 const toolboxImage = "hostcluster.local/toolbox:v1"
-
-// virtualConfig is the REST configuration of the kubeconfig k3kcli wrote.
-func virtualConfig(t *testing.T, v *vcluster) *rest.Config {
-	t.Helper()
-	rc, err := clientcmd.BuildConfigFromFlags("", v.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rc
-}
 
 // execIn runs command in a container of a virtual pod through the virtual
 // API, as kubectl exec does (the virtual apiserver → the agent's kubelet API
@@ -143,7 +132,8 @@ func clientDeployment(ns string) *appsv1.Deployment {
 // the virtual Service names on the agent's pods: web serves /healthz on
 // 8080 behind Service web (port 80), client is the toolbox.
 func testStreamsAndDNS(t *testing.T, v *vcluster, ns, web, client string, hostSvc *corev1.Service) {
-	rc := virtualConfig(t, v)
+	// Without virtualClient's short timeouts, which would cut the streams.
+	rc := restConfig(t, v.kubeconfig)
 	api, err := host.CoreV1().Services(v.namespace).Get(context.Background(), v.service(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +203,7 @@ func testStreamsAndDNS(t *testing.T, v *vcluster, ns, web, client string, hostSv
 	t.Run("the agent guard keeps kubectl exec off the server pod", func(t *testing.T) {
 		// The agent's own host identity may not exec into the server pod even
 		// though its Role allows pods/exec: impersonate it on the host.
-		hc := rest.CopyConfig(hostRESTConfig(t))
+		hc := restConfig(t, cfg.hostKubeconfig)
 		hc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + v.namespace + ":k3k-" + v.name + "-kubelet",
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + v.namespace, "system:authenticated"}}
 		_, _, err := execIn(context.Background(), hc, v.namespace, v.pod(), "k3s", "", "cat", "/proc/self/status")
@@ -221,14 +211,4 @@ func testStreamsAndDNS(t *testing.T, v *vcluster, ns, web, client string, hostSv
 			t.Errorf("exec into %s as the agent: %v, want the guard's refusal", v.pod(), err)
 		}
 	})
-}
-
-// hostRESTConfig is the host cluster's admin configuration the suite uses.
-func hostRESTConfig(t *testing.T) *rest.Config {
-	t.Helper()
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.hostKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rc
 }

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -101,10 +100,7 @@ func TestEtcdHA(t *testing.T) {
 // clusterClient reads Cluster objects on the host.
 func clusterClient(t *testing.T) client.Client {
 	t.Helper()
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.hostKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := restConfig(t, cfg.hostKubeconfig)
 	scheme := runtime.NewScheme()
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -197,14 +198,21 @@ func createCluster(t *testing.T, name string, flags ...string) *vcluster {
 	return v
 }
 
-// virtualClient is a client of a virtual cluster with short timeouts, so a
-// request to a server that is gone fails fast instead of hanging.
-func virtualClient(t *testing.T, path string) kubernetes.Interface {
+// restConfig loads the kubeconfig at path.
+func restConfig(t *testing.T, path string) *rest.Config {
 	t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatalf("loading %s: %v", path, err)
 	}
+	return rc
+}
+
+// virtualClient is a client of a virtual cluster with short timeouts, so a
+// request to a server that is gone fails fast instead of hanging.
+func virtualClient(t *testing.T, path string) kubernetes.Interface {
+	t.Helper()
+	rc := restConfig(t, path)
 	u, err := url.Parse(rc.Host)
 	if err != nil || !strings.HasPrefix(u.Host, cfg.nodeIP+":") {
 		t.Fatalf("the kubeconfig points at %s, not at the node %s", rc.Host, cfg.nodeIP)

@@ -37,14 +37,8 @@ const ownName = `'-[0-9a-f]{10}$'`
 
 // DesiredAgentGuard is the policy and its binding, both named name.
 func DesiredAgentGuard(name string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-	rule := func(group string, resources ...string) admissionregistrationv1.NamedRuleWithOperations {
-		ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
-		for _, r := range resources {
-			if strings.Contains(r, "/") {
-				ops = append(ops, admissionregistrationv1.Connect)
-				break
-			}
-		}
+	writes := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
+	rule := func(group string, ops []admissionregistrationv1.OperationType, resources ...string) admissionregistrationv1.NamedRuleWithOperations {
 		return admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 			Operations: ops,
 			Rule:       admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: resources, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
@@ -56,8 +50,9 @@ func DesiredAgentGuard(name string) (*admissionregistrationv1.ValidatingAdmissio
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{
-				rule("", "pods", "pods/exec", "pods/attach", "pods/portforward", "configmaps", "secrets", "services"),
-				rule("discovery.k8s.io", "endpointslices"),
+				// exec, attach and port-forward are CONNECTs of pods' subresources.
+				rule("", append(writes, admissionregistrationv1.Connect), "pods", "pods/exec", "pods/attach", "pods/portforward", "configmaps", "secrets", "services"),
+				rule("discovery.k8s.io", writes, "endpointslices"),
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "made-by-a-k3k-agent",

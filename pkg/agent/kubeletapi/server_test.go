@@ -1,6 +1,7 @@
 package kubeletapi
 
 import (
+	"crypto/x509"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -86,5 +87,15 @@ func TestHostStreamRequest(t *testing.T) {
 				t.Errorf("got %s/%s?%s, want %s/%s?%s", pod, sub, q.Encode(), host, tc.wantSub, tc.wantQ)
 			}
 		})
+	}
+}
+
+func TestRenewAtIsFourFifthsIntoTheLifetime(t *testing.T) {
+	start := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	for _, life := range []time.Duration{10 * time.Second, 24 * time.Hour, 365 * 24 * time.Hour} {
+		got := RenewAt(&x509.Certificate{NotBefore: start, NotAfter: start.Add(life)})
+		if want := start.Add(life * 8 / 10); !got.Equal(want) {
+			t.Errorf("lifetime %s: renew at %s, want %s", life, got, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
@@ -31,7 +32,7 @@ func (d *dnsSource) Ready() bool { return d.cur.Load() != nil }
 // (default/kubernetes) has no host copy; it answers with the cluster's API
 // Service, the address the agent also gives pods as KUBERNETES_SERVICE_HOST.
 func (d *dnsSource) Service(namespace, name string) (dnsserver.Service, bool) {
-	if namespace == metaDefault && name == "kubernetes" {
+	if namespace == metav1.NamespaceDefault && name == "kubernetes" {
 		if api := d.tr.Config().APIServer; api.IP != "" {
 			if ip, err := netip.ParseAddr(api.IP); err == nil {
 				return dnsserver.Service{Type: dnsserver.TypeClusterIP, IPs: []netip.Addr{ip},
@@ -45,8 +46,6 @@ func (d *dnsSource) Service(namespace, name string) (dnsserver.Service, bool) {
 	}
 	return src.Service(namespace, name)
 }
-
-const metaDefault = "default"
 
 // publishDNS makes r's caches the DNS source; the loop calls it once they
 // have synced.
