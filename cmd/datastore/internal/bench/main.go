@@ -5,15 +5,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,9 +44,13 @@ func main() {
 	baseBin := flag.String("base-datastore-bin", "", "another build of the datastore binary, run as the sqlite-base column (e.g. the last release), so that a change is compared side by side in one run")
 	scale := flag.Float64("scale", 1, "multiplies the number of operations")
 	apiserver := flag.Bool("apiserver", true, "also measure through kube-apiserver")
+	rounds := flag.Int("rounds", 3, "how often every datastore is measured; each round starts with the next datastore in turn, and the table gives medians")
 	flag.Parse()
 	if *bin == "" {
 		exitOn(fmt.Errorf("--datastore-bin is required"))
+	}
+	if *rounds < 1 {
+		exitOn(fmt.Errorf("--rounds must be at least 1"))
 	}
 	if strings.Contains(*kinds, "sqlite-base") && *baseBin == "" {
 		exitOn(fmt.Errorf("the sqlite-base column needs --base-datastore-bin"))
@@ -53,17 +59,25 @@ func main() {
 	exitOn(err)
 	defer os.RemoveAll(base)
 
-	b := &bench{scale: *scale, baseBin: *baseBin, results: map[string]map[string]float64{}}
-	fsyncRate, err := measureFsync(base)
-	exitOn(err)
-	fmt.Fprintf(os.Stderr, "serial fsync rate of %s: %.0f/s\n", *dir, fsyncRate)
+	b := &bench{scale: *scale, baseBin: *baseBin}
 	names := strings.Split(*kinds, ",")
-	for _, name := range names {
-		res, err := b.run(name, *bin, filepath.Join(base, name), *apiserver)
+	var results []round
+	for r := range *rounds {
+		fsyncRate, err := measureFsync(base)
 		exitOn(err)
-		b.results[name] = res
+		fmt.Fprintf(os.Stderr, "round %d: serial fsync rate of %s: %.0f/s\n", r+1, *dir, fsyncRate)
+		rd := round{fsyncRate: fsyncRate, res: map[string]map[string]float64{}}
+		// Each round starts with the next datastore, so that none is always
+		// measured first (cold page cache) or last (after the others' files).
+		for i := range names {
+			name := names[(r+i)%len(names)]
+			res, err := b.run(name, *bin, filepath.Join(base, fmt.Sprintf("%s-%d", name, r+1)), *apiserver)
+			exitOn(err)
+			rd.res[name] = res
+		}
+		results = append(results, rd)
 	}
-	printTable(names, b.results, fsyncRate)
+	printTable(os.Stdout, names, results)
 }
 
 func exitOn(err error) {
@@ -76,7 +90,14 @@ func exitOn(err error) {
 type bench struct {
 	scale   float64
 	baseBin string
-	results map[string]map[string]float64
+	pid     int // the datastore being measured
+}
+
+// round is one measurement of every datastore: results by datastore, then by
+// metric.
+type round struct {
+	fsyncRate float64
+	res       map[string]map[string]float64
 }
 
 func (b *bench) n(base int) int { return max(1, int(float64(base)*b.scale)) }
@@ -117,6 +138,7 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 		return nil, err
 	}
 	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	b.pid = cmd.Process.Pid
 	ep := "http://" + addr
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -195,6 +217,28 @@ func rssMiB(pid int) float64 {
 	return math.NaN()
 }
 
+// cpuSeconds is the user and system CPU time pid has used (utime and stime
+// of /proc/<pid>/stat), NaN when it cannot be read.
+func cpuSeconds(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	// The command name in brackets may hold spaces; the fields after it are
+	// fixed: utime and stime are the 12th and 13th after the ")".
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return math.NaN()
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
 func dirSize(dir string) (int64, error) {
 	var total int64
 	err := filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
@@ -237,21 +281,26 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[min(len(d)-1, int(p*float64(len(d))))].Microseconds()) / 1000
 }
 
-func printTable(names []string, res map[string]map[string]float64, fsyncRate float64) {
+// printTable prints, for every metric, each datastore's median over the
+// rounds and, against etcd, the median of the ratios taken within each round
+// with their range: a ratio from one round compares runs made minutes apart
+// on the same machine, which is what survives a noisy machine best.
+func printTable(w io.Writer, names []string, rounds []round) {
 	var metrics []string
 	seen := map[string]bool{}
-	for _, n := range names {
-		for m := range res[n] {
-			if !seen[m] {
-				seen[m] = true
-				metrics = append(metrics, m)
+	for _, rd := range rounds {
+		for _, n := range names {
+			for m := range rd.res[n] {
+				if !seen[m] {
+					seen[m] = true
+					metrics = append(metrics, m)
+				}
 			}
 		}
 	}
 	sort.Strings(metrics)
-	_, hasEtcd := res["etcd"]
-	header := "| metric |"
-	sep := "| --- |"
+	hasEtcd := slices.Contains(names, "etcd")
+	header, sep := "| metric |", "| --- |"
 	for _, n := range names {
 		header += " " + n + " |"
 		sep += " ---: |"
@@ -264,25 +313,59 @@ func printTable(names []string, res map[string]map[string]float64, fsyncRate flo
 			}
 		}
 	}
-	fmt.Println(header)
-	fmt.Println(sep)
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, sep)
 	for _, m := range metrics {
 		row := "| " + m + " |"
 		for _, n := range names {
-			row += " " + format(res[n][m]) + " |"
+			var vals []float64
+			for _, rd := range rounds {
+				vals = append(vals, rd.res[n][m])
+			}
+			row += " " + format(median(vals)) + " |"
 		}
 		if hasEtcd {
 			for _, n := range names {
-				if n != "etcd" {
-					row += fmt.Sprintf(" %.2f |", res[n][m]/res["etcd"][m])
+				if n == "etcd" {
+					continue
 				}
+				var ratios []float64
+				for _, rd := range rounds {
+					ratios = append(ratios, rd.res[n][m]/rd.res["etcd"][m])
+				}
+				row += " " + formatRatio(ratios) + " |"
 			}
 		}
-		fmt.Println(row)
+		fmt.Fprintln(w, row)
 	}
-	fmt.Printf("\nserial fsync rate of the disk (4 KiB write + fdatasync): %.0f/s\n", fsyncRate)
-	fmt.Println("ops/s: higher is better; ms and MiB: lower is better.")
-	_ = http.StatusOK
+	var rates []float64
+	for _, rd := range rounds {
+		rates = append(rates, rd.fsyncRate)
+	}
+	fmt.Fprintf(w, "\n%d round(s); values are medians over the rounds, ratios the median of each round's ratio (range in brackets).\n", len(rounds))
+	fmt.Fprintf(w, "serial fsync rate of the disk (4 KiB write + fdatasync): %.0f/s\n", median(rates))
+	fmt.Fprintln(w, "ops/s: higher is better; ms and MiB: lower is better.")
+}
+
+// median of vals, NaN when empty; vals is sorted in place.
+func median(vals []float64) float64 {
+	if len(vals) == 0 {
+		return math.NaN()
+	}
+	sort.Float64s(vals)
+	if len(vals)%2 == 1 {
+		return vals[len(vals)/2]
+	}
+	return (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
+}
+
+// formatRatio gives the median ratio, and with more than one round the range.
+func formatRatio(ratios []float64) string {
+	m := median(ratios) // sorts
+	if len(ratios) == 1 {
+		return fmt.Sprintf("%.2f", m)
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", m, ratios[0], ratios[len(ratios)-1])
 }
 
 func format(v float64) string {
