@@ -215,7 +215,8 @@ func schedulerArgs(kubeconfig string) []string {
 
 // envPort lets the process-level tests move the controller-manager's and
 // scheduler's loopback ports off their defaults, which a host cluster on the
-// same machine may hold. In a pod the defaults are always free.
+// same machine may hold; 0 turns their HTTPS off. In a pod the defaults are
+// always free.
 func envPort(env string, def int) string {
 	if v := os.Getenv(env); v != "" {
 		return v

@@ -126,7 +126,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, rerr error) {
 		GRPCServer:          grpc.NewServer(gopts...),
 		WaitGroup:           s.wg,
 		Listener:            cfg.ListenAddress,
-		Endpoint:            "sqlite://" + s.dbPath + "?" + kineParams(cfg),
+		Endpoint:            kineScheme + "://" + s.dbPath + "?" + kineParams(cfg),
 		MetricsRegisterer:   cfg.MetricsRegisterer,
 		NotifyInterval:      notifyInterval,
 		EmulatedETCDVersion: emulatedEtcd,
