@@ -56,9 +56,11 @@ verify: generate ## Fail when generated files, go.mod or formatting are stale.
 	@echo "verify: generated files, go.mod and formatting are up to date"
 
 .PHONY: lint
-lint: $(STATICCHECK) ## go vet and staticcheck.
+lint: $(STATICCHECK) ## go vet and staticcheck (the datastore packages also as built without cgo).
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	CGO_ENABLED=0 $(GO) vet $(DATASTORE_NOCGO_PKGS)
+	CGO_ENABLED=0 $(STATICCHECK) $(DATASTORE_NOCGO_PKGS)
 
 .PHONY: tools
 tools: ## Build kube-apiserver, etcd, helm and the generators from source (cached in TOOLS_DIR).

@@ -222,8 +222,6 @@ func (c *Conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 }
 
 // Begin is required by driver.Conn; database/sql calls BeginTx.
-//
-//lint:ignore SA1019 passing on the deprecated method is its whole purpose
 func (c *Conn) Begin() (driver.Tx, error) { return c.raw.Begin() }
 
 func (c *Conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
