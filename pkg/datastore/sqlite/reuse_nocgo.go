@@ -85,9 +85,12 @@ func reuseStatements(ctx context.Context, wg *sync.WaitGroup, dialect *generic.G
 // kineMaxIdleConns is kine's default for idle connections kept open.
 const kineMaxIdleConns = 20
 
-// moderncDSN turns the DSN kine's SQLite driver is given (mattn/go-sqlite3
-// parameter names, see kineParams) into the modernc.org/sqlite DSN kine's
-// driver makes of it, so that our connections are set up like kine's. A
+// moderncDSN turns the DSN kine's SQLite driver is given (see kineParams) into
+// the modernc.org/sqlite DSN for our connections, with the same settings as
+// kine's own. modernc.org/sqlite takes mattn/go-sqlite3's parameter names
+// itself (kine rewrites them as _pragma values, in random order); given as
+// they are, busy_timeout is applied before any other setting, so that setting
+// the journal mode on a new connection waits for a lock instead of failing. A
 // parameter it does not know is an error, so that a new one in kineParams
 // cannot be silently left out.
 func moderncDSN(kineDSN string) (string, error) {
@@ -96,20 +99,15 @@ func moderncDSN(kineDSN string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("parsing the database parameters: %w", err)
 	}
-	pragmas := map[string]string{"_journal_mode": "journal_mode", "_synchronous": "synchronous", "_busy_timeout": "busy_timeout"}
 	out := url.Values{}
 	for key, vals := range in {
-		for _, v := range vals {
-			switch {
-			case pragmas[key] != "":
-				out.Add("_pragma", pragmas[key]+"("+v+")")
-			case key == "_pragma" || key == "_txlock":
-				out.Add(key, v)
-			case strings.HasPrefix(key, "_kine_"):
-				// kine's own switches, not SQLite's.
-			default:
-				return "", fmt.Errorf("database parameter %q has no translation for modernc.org/sqlite", key)
-			}
+		switch {
+		case key == "_journal_mode" || key == "_synchronous" || key == "_busy_timeout" || key == "_pragma" || key == "_txlock":
+			out[key] = vals
+		case strings.HasPrefix(key, "_kine_"):
+			// kine's own switches, not SQLite's.
+		default:
+			return "", fmt.Errorf("database parameter %q has no translation for modernc.org/sqlite", key)
 		}
 	}
 	return "file:" + path + "?" + out.Encode(), nil

@@ -16,6 +16,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // DefaultSize bounds the statements kept per connection. kine uses about
@@ -181,11 +182,58 @@ func (c *Conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	return &releasingRows{Rows: rows, e: e}, nil
 }
 
-// releasingRows frees its statement for the next call when closed.
+// releasingRows frees its statement for the next call when closed. It
+// passes on the column type methods of the driver's rows, so that
+// sql.Rows.ColumnTypes answers as it does without the cache.
 type releasingRows struct {
 	driver.Rows
 	e      *entry
 	closed bool
+}
+
+var (
+	_ driver.RowsColumnTypeScanType         = (*releasingRows)(nil)
+	_ driver.RowsColumnTypeDatabaseTypeName = (*releasingRows)(nil)
+	_ driver.RowsColumnTypeLength           = (*releasingRows)(nil)
+	_ driver.RowsColumnTypeNullable         = (*releasingRows)(nil)
+	_ driver.RowsColumnTypePrecisionScale   = (*releasingRows)(nil)
+)
+
+// The answers without the method are database/sql's own defaults.
+
+func (r *releasingRows) ColumnTypeScanType(i int) reflect.Type {
+	if t, ok := r.Rows.(driver.RowsColumnTypeScanType); ok {
+		return t.ColumnTypeScanType(i)
+	}
+	return reflect.TypeFor[any]()
+}
+
+func (r *releasingRows) ColumnTypeDatabaseTypeName(i int) string {
+	if t, ok := r.Rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
+		return t.ColumnTypeDatabaseTypeName(i)
+	}
+	return ""
+}
+
+func (r *releasingRows) ColumnTypeLength(i int) (int64, bool) {
+	if t, ok := r.Rows.(driver.RowsColumnTypeLength); ok {
+		return t.ColumnTypeLength(i)
+	}
+	return 0, false
+}
+
+func (r *releasingRows) ColumnTypeNullable(i int) (bool, bool) {
+	if t, ok := r.Rows.(driver.RowsColumnTypeNullable); ok {
+		return t.ColumnTypeNullable(i)
+	}
+	return false, false
+}
+
+func (r *releasingRows) ColumnTypePrecisionScale(i int) (int64, int64, bool) {
+	if t, ok := r.Rows.(driver.RowsColumnTypePrecisionScale); ok {
+		return t.ColumnTypePrecisionScale(i)
+	}
+	return 0, 0, false
 }
 
 func (r *releasingRows) Close() error {
@@ -201,7 +249,10 @@ func (r *releasingRows) Close() error {
 	return err
 }
 
-// Close closes every kept statement, then the connection.
+// Close closes every kept statement, then the connection. database/sql
+// closes a connection only after every Rows from it is closed (a pooled
+// connection is free, a Tx or sql.Conn waits for its rows), so no statement
+// is busy here; one that were would be left to the driver's Close.
 func (c *Conn) Close() error {
 	var errs []error
 	for el := c.lru.Front(); el != nil; el = el.Next() {

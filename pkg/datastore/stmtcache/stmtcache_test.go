@@ -218,3 +218,35 @@ func TestErrorsPassThroughAndLeaveTheStatementUsable(t *testing.T) {
 		t.Fatalf("%d rows (%v), want 2", n, err)
 	}
 }
+
+func TestColumnTypesAnswerAsWithoutTheCache(t *testing.T) {
+	_, conn := open(t, 0)
+	ctx := context.Background()
+	exec(t, conn, `INSERT INTO t (k, v) VALUES ('a', 1)`)
+	const q = `SELECT k, v FROM t`
+	kept, err := conn.QueryContext(ctx, q) // the kept statement
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	plain, err := conn.QueryContext(ctx, q) // busy: the driver's own rows
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	names := func(rows *sql.Rows) string {
+		types, err := rows.ColumnTypes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ct := range types {
+			out = append(out, ct.Name()+":"+ct.DatabaseTypeName()+":"+ct.ScanType().String())
+		}
+		return strings.Join(out, ",")
+	}
+	got, want := names(kept), names(plain)
+	if got != want || !strings.Contains(want, "TEXT") {
+		t.Errorf("column types through the cache %q, without %q", got, want)
+	}
+}
