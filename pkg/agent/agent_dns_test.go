@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/internal/testenv"
 )
 
 // TestAgentAnswersVirtualServiceNames runs the agent's DNS server on the
@@ -141,14 +143,7 @@ func startUpstream(t *testing.T, name, ip string) string {
 		}
 		_ = w.WriteMsg(r)
 	})
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, ln := testenv.ListenUDPAndTCP(t)
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
 		go func() { _ = srv.ActivateAndServe() }()
 		t.Cleanup(func() { _ = srv.Shutdown() })

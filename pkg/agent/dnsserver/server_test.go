@@ -13,30 +13,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
-)
 
-// listenPair opens UDP and TCP on the same 127.0.0.1 port, as an upstream
-// address (host:port) serves both.
-func listenPair(t *testing.T) (net.PacketConn, net.Listener) {
-	t.Helper()
-	for range 20 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			return pc, ln
-		}
-		pc.Close()
-	}
-	t.Fatal("no port free for both UDP and TCP")
-	return nil, nil
-}
+	"github.com/k3k-io/k3k/internal/testenv"
+)
 
 // deadUpstream is an address where nothing listens any more.
 func deadUpstream(t *testing.T) string {
-	pc, ln := listenPair(t)
+	pc, ln := testenv.ListenUDPAndTCP(t)
 	addr := pc.LocalAddr().String()
 	pc.Close()
 	ln.Close()
@@ -48,7 +31,7 @@ func deadUpstream(t *testing.T) string {
 // one host Service name in the cluster domain, and NXDOMAIN for the rest.
 func startUpstream(t *testing.T) string {
 	t.Helper()
-	pc, ln := listenPair(t)
+	pc, ln := testenv.ListenUDPAndTCP(t)
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(req)
