@@ -25,7 +25,7 @@ import (
 
 // kineDialect runs kine's own SQLite driver on a new database in a temporary
 // dir, with the DSN our server gives it, and returns kine's dialect (whose DB
-// is kine's own handle) and that DSN.
+// is kine's own handle) and the DSN our connections to it use (moderncDSN).
 func kineDialect(t *testing.T) (*generic.Generic, string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -40,7 +40,22 @@ func kineDialect(t *testing.T) (*generic.Generic, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dialect, dsn
+	ours, err := moderncDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dialect, ours
+}
+
+// openPlain opens dsn with the pure-Go driver as it is, without stmtcache.
+func openPlain(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
 
 func pragmas(t *testing.T, db *sql.DB) map[string]string {
@@ -57,16 +72,8 @@ func pragmas(t *testing.T, db *sql.DB) map[string]string {
 }
 
 func TestOurConnectionsAreSetUpLikeKines(t *testing.T) {
-	dialect, dsn := kineDialect(t)
-	ours, err := moderncDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", ours)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	dialect, ours := kineDialect(t)
+	db := openPlain(t, ours)
 	want, got := pragmas(t, dialect.DB), pragmas(t, db)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("our connection's settings %v, kine's %v", got, want)
@@ -126,12 +133,10 @@ func TestPlanOnceTurnsTheGuaranteeOn(t *testing.T) {
 	if read() != 1 {
 		t.Error("planOnce left the guarantee off")
 	}
-	if _, err := dbConfig(struct{ driverConnStub }{}, 0, 0); err != errNoHandle {
+	if _, err := dbConfig(&stmtcache.Conn{}, 0, 0); err != errNoHandle {
 		t.Errorf("another connection type: %v, want errNoHandle", err)
 	}
 }
-
-type driverConnStub struct{ *stmtcache.Conn }
 
 // kineQueries are every query text kine's SQLite dialect holds, by field name.
 func kineQueries(d *generic.Generic) map[string]string {
@@ -150,17 +155,9 @@ func kineQueries(d *generic.Generic) map[string]string {
 // bound (keys, revisions and all-integer), so that planOnce cannot make a
 // query slower by planning it without its values.
 func TestTheQueryPlansStayTheSame(t *testing.T) {
-	dialect, dsn := kineDialect(t)
+	dialect, ours := kineDialect(t)
 	ctx := context.Background()
-	ours, err := moderncDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := sql.Open("sqlite", ours)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := openPlain(t, ours)
 	base, err := msqlite.NewConnector(ours)
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,28 @@ func prepares(t *testing.T, conn *sql.Conn) int {
 	return n
 }
 
+// drain reads rows of one text column to the end, closes them (which for a
+// statement pushed out of the cache also closes it) and returns the values
+// joined by commas.
+func drain(t *testing.T, rows *sql.Rows) string {
+	t.Helper()
+	var got []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatalf("closing rows: %v", err)
+	}
+	return strings.Join(got, ",")
+}
+
 func exec(t *testing.T, conn *sql.Conn, query string, args ...any) {
 	t.Helper()
 	if _, err := conn.ExecContext(context.Background(), query, args...); err != nil {
@@ -92,17 +114,8 @@ func TestTheSameQueryRunsWhileItsRowsAreStillOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var inside []string
-		for inner.Next() {
-			var k string
-			_ = inner.Scan(&k)
-			inside = append(inside, k)
-		}
-		if err := inner.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if strings.Join(inside, ",") != "a,b" {
-			t.Fatalf("inner rows = %v, want a,b", inside)
+		if inside := drain(t, inner); inside != "a,b" {
+			t.Fatalf("inner rows = %s, want a,b", inside)
 		}
 		got = append(got, k)
 	}
@@ -155,17 +168,8 @@ func TestAStatementPushedOutWhileItsRowsAreOpenStaysReadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec(t, conn, `SELECT 42`) // pushes the open query's statement out
-	var got []string
-	for rows.Next() {
-		var k string
-		_ = rows.Scan(&k)
-		got = append(got, k)
-	}
-	if err := rows.Close(); err != nil {
-		t.Fatalf("closing rows of a pushed-out statement: %v", err)
-	}
-	if strings.Join(got, ",") != "a,b,c" {
-		t.Fatalf("rows = %v, want a,b,c", got)
+	if got := drain(t, rows); got != "a,b,c" {
+		t.Fatalf("rows = %s, want a,b,c", got)
 	}
 }
 
