@@ -5,10 +5,11 @@
 # at them with pullPolicy Never (load them with `hostcluster.sh import` or
 # `kind load image-archive`).
 #
-# usage: hack/images.sh [NAME...]     NAME is one of controller datastore kubelet k3s-standin
+# usage: hack/images.sh [NAME...]     NAME is one of controller datastore kubelet k3s
 #                                      (default: all of them)
 # env:   IMAGE_TAG (default dev), IMAGES_DIR (default _output/images),
 #        K3K_TOOLS_DIR (upstream binaries; default ~/.cache/k3k/tools)
+#        K3S_SOURCE (the k3s source tarball; default ../shared/k3s/k3s-4035a25a.tar.gz)
 #
 # Output: $IMAGES_DIR/<image>.tar for each image, and $IMAGES_DIR/values.yaml.
 # An image whose command package does not exist yet is skipped with a message.
@@ -50,29 +51,26 @@ product() {
   "$BIN/mkimage" -o "$OUT/$image.tar" -t "$REPO/$image:$TAG" -entrypoint "/bin/$binary" "${entries[@]}"
 }
 
-# standin: the test-only k3s stand-in with the upstream control-plane binaries,
-# laid out like the k3s image (/bin/k3s, and a shell when busybox is available,
-# since pod specs may start k3s through `sh -c`).
-standin() {
-  say "$REPO/k3s-standin:$TAG from ./e2e/k3s-standin"
-  "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler
-  gobuild "$BIN/k3s" "$ROOT/e2e/k3s-standin" .
-  local entries=(/bin/k3s="$BIN/k3s" /var/lib/rancher/k3s/ /etc/rancher/k3s/)
-  for b in kube-apiserver kube-controller-manager kube-scheduler; do entries+=("/bin/$b=$TOOLS/$b"); done
-  if [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; then
-    entries+=(/bin/busybox=/bin/busybox)
-    for applet in $(/bin/busybox --list); do
-      case "$applet" in busybox|k3s) ;; *) entries+=("/bin/$applet@busybox") ;; esac
-    done
-  else
-    say "no static /bin/busybox: the k3s-standin image has no shell"
-  fi
-  "$BIN/mkimage" -o "$OUT/k3s-standin.tar" -t "$REPO/k3s-standin:$TAG" -entrypoint /bin/k3s "${entries[@]}"
+# k3s: the real k3s server built from the upstream source tarball K3S_SOURCE by
+# hack/k3s.sh (cached by the tarball's hash), laid out like rancher/k3s and tagged
+# with its own version (k3k-io/k3s:v1.34.3-k3s1), so the controller's default
+# version names it.
+k3s() {
+  local src=${K3S_SOURCE:-$ROOT/../shared/k3s/k3s-4035a25a.tar.gz}
+  "$ROOT/hack/k3s.sh" image "$src" "$OUT/k3s.tar"
+  K3S_IMAGE_TAG=$(tar -xOf "$OUT/k3s.tar" manifest.json | sed -n 's/.*"RepoTags":\["[^:]*:\([^"]*\)".*/\1/p')
+  [ -n "$K3S_IMAGE_TAG" ] || { echo "images: cannot read the tag of $OUT/k3s.tar" >&2; exit 1; }
+}
+
+# k3s_tag: the tag of an already built k3s image (when only other images were asked for).
+k3s_tag() {
+  [ -f "$OUT/k3s.tar" ] && tar -xOf "$OUT/k3s.tar" manifest.json | sed -n 's/.*"RepoTags":\["[^:]*:\([^"]*\)".*/\1/p'
 }
 
 skipped=()
+K3S_IMAGE_TAG=
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(controller datastore kubelet k3s-standin)
+[ ${#names[@]} -gt 0 ] || names=(controller datastore kubelet k3s)
 for name in "${names[@]}"; do
   case "$name" in
     controller) product k3k-controller cmd/controller k3k-controller ;;
@@ -81,8 +79,8 @@ for name in "${names[@]}"; do
     datastore) product k3k-datastore cmd/datastore k3k-datastore /usr/local/bin/datastore ;;
     # The agent Deployment runs /usr/local/bin/kubelet (cluster.AgentBinary).
     kubelet) product k3k-kubelet cmd/kubelet k3k-kubelet /usr/local/bin/kubelet ;;
-    k3s-standin) standin ;;
-    *) echo "images: unknown image $name (controller datastore kubelet k3s-standin)" >&2; exit 2 ;;
+    k3s) k3s ;;
+    *) echo "images: unknown image $name (controller datastore kubelet k3s)" >&2; exit 2 ;;
   esac
 done
 
@@ -92,7 +90,7 @@ cat >"$OUT/values.yaml" <<EOF
 image: {repository: $REPO/k3k-controller, tag: "$TAG", pullPolicy: Never}
 datastore: {image: {repository: $REPO/k3k-datastore, tag: "$TAG", pullPolicy: Never}}
 sharedAgent: {image: {repository: $REPO/k3k-kubelet, tag: "$TAG", pullPolicy: Never}}
-k3sServer: {image: {repository: $REPO/k3s-standin, tag: "$TAG", pullPolicy: Never}}
+k3sServer: {image: {repository: $REPO/k3s, tag: "${K3S_IMAGE_TAG:-$(k3s_tag)}", pullPolicy: Never}}
 EOF
 [ ${#skipped[@]} -eq 0 ] || say "not built (package missing): ${skipped[*]}"
 say "done: $(cd "$OUT" && ls -- *.tar 2>/dev/null | tr '\n' ' ')values.yaml in $OUT"

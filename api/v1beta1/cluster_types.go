@@ -105,7 +105,7 @@ type ClusterSpec struct {
 	// +optional
 	Servers int32 `json:"servers,omitempty"`
 
-	// Version is the k3s image tag the servers run, e.g. v1.34.2-k3s1. Empty means
+	// Version is the k3s image tag the servers run, e.g. v1.34.3-k3s1. Empty means
 	// the controller's default.
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`

@@ -46,7 +46,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty means the pod's own")
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch; empty means all")
 	fs.StringVar(&o.cfg.ServerImage, "server-image", "rancher/k3s", "k3s server image repository; the tag is spec.version or --default-version")
-	fs.StringVar(&o.cfg.DefaultVersion, "default-version", "v1.34.2-k3s1", "k3s image tag for Clusters without spec.version")
+	fs.StringVar(&o.cfg.DefaultVersion, "default-version", "v1.34.3-k3s1", "k3s image tag for Clusters without spec.version")
 	fs.StringVar(&o.cfg.DatastoreImage, "datastore-image", "k3k-io/k3k-datastore:dev", "image of the datastore sidecar and kubeconfig publisher")
 	fs.StringVar(&o.cfg.AgentImage, "agent-image", "k3k-io/k3k-kubelet:dev", "image of the shared-mode agent (empty: deploy no agent)")
 	fs.StringVar(&o.cfg.AgentClusterRole, "agent-cluster-role", "k3k-agent",

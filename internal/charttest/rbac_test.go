@@ -185,7 +185,7 @@ func runController(t *testing.T, watch []string) {
 	r := &cluster.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ValidateKubeconfig: kubeconfig.Validate,
 		Config: cluster.Config{
-			ServerImage: "rancher/k3s", DefaultVersion: "v1.34.2-k3s1",
+			ServerImage: "rancher/k3s", DefaultVersion: "v1.34.3-k3s1",
 			DatastoreImage: "k3k-io/k3k-datastore:test", AgentImage: "k3k-io/k3k-kubelet:test", AgentClusterRole: agentRole,
 			PullPolicy: corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
 		},

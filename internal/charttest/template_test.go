@@ -60,7 +60,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			}
 			wantArgs(t, d,
 				"--leader-elect=true", "--leader-election-namespace="+releaseNS,
-				"--server-image=rancher/k3s", "--default-version=v1.34.2-k3s1",
+				"--server-image=rancher/k3s", "--default-version=v1.34.3-k3s1",
 				"--datastore-image=k3k-io/k3k-datastore:v0.1.0", "--agent-image=k3k-io/k3k-kubelet:v0.1.0",
 				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
 				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
@@ -149,7 +149,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			if c.Image != "k3k-io/k3k-controller:dev" || c.ImagePullPolicy != corev1.PullNever {
 				t.Errorf("controller image %s (%s)", c.Image, c.ImagePullPolicy)
 			}
-			wantArgs(t, d, "--server-image=k3k-io/k3s-standin", "--default-version=dev", "--datastore-image=k3k-io/k3k-datastore:dev",
+			wantArgs(t, d, "--server-image=k3k-io/k3s", "--default-version=v1.34.3-k3s1", "--datastore-image=k3k-io/k3k-datastore:dev",
 				"--agent-image=k3k-io/k3k-kubelet:dev", "--image-pull-policy=Never")
 		},
 	}}

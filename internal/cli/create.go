@@ -65,7 +65,7 @@ its kubeconfig, with the server address rewritten to how the cluster is exposed,
 	fl.StringVar(&f.storageClass, "storage-class", "", "storage class of the server volumes; default: the controller's, then the host's default")
 	fl.StringVar(&f.storageSize, "storage-size", "", "size of each server volume, e.g. 10Gi (default 2Gi)")
 	fl.StringVar(&f.datastore, "datastore", "", "sqlite (1 server) or etcd (HA); default: the controller's")
-	fl.StringVar(&f.version, "version", "", "k3s version (image tag), e.g. v1.34.2-k3s1; default: the controller's")
+	fl.StringVar(&f.version, "version", "", "k3s version (image tag), e.g. v1.34.3-k3s1; default: the controller's")
 	fl.StringSliceVar(&f.tlsSANs, "tls-san", nil, "extra name or address the API certificate is valid for (repeatable)")
 	fl.StringVar(&f.expose, "expose", "", "how the API is reached from outside the host: nodeport[:PORT], loadbalancer[:PORT] or ingress:HOST")
 	fl.StringVar(&f.ingressClass, "ingress-class", "", "ingress class for --expose ingress:HOST")
@@ -164,7 +164,7 @@ func desiredCluster(name, namespace string, f *createFlags, hostName string) (*v
 		spec.Persistence.StorageRequestSize = f.storageSize
 	}
 	if f.version != "" && (!versionPattern.MatchString(f.version) || len(f.version) > 128) {
-		return nil, usageErr("use a k3s image tag such as v1.34.2-k3s1", "--version %q is not an image tag", f.version)
+		return nil, usageErr("use a k3s image tag such as v1.34.3-k3s1", "--version %q is not an image tag", f.version)
 	}
 	spec.Version = f.version
 

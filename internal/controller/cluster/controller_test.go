@@ -164,7 +164,7 @@ func TestReconcileCreatesTheServerObjects(t *testing.T) {
 	if want := []string{"/bin/k3s", "server", "--config=/etc/rancher/k3s/config.yaml", "--kube-apiserver-arg=v=2"}; !equalStrings(pod.Containers[0].Command, want) {
 		t.Fatalf("k3s command %v, want %v", pod.Containers[0].Command, want)
 	}
-	if pod.Containers[0].Image != "rancher/k3s:v1.34.2-k3s1" {
+	if pod.Containers[0].Image != "rancher/k3s:v1.34.3-k3s1" {
 		t.Fatalf("k3s image %s", pod.Containers[0].Image)
 	}
 	if !equalStrings(pod.Containers[1].Command, PublisherArgs(c)) {

@@ -15,7 +15,7 @@ import (
 )
 
 func TestResolve(t *testing.T) {
-	cfg := Config{ServerImage: "rancher/k3s", DefaultVersion: "v1.34.2-k3s1", DefaultPersistence: v1beta1.EphemeralPersistence, DefaultDatastore: v1beta1.SQLiteDatastore, DefaultStorageClass: "fast"}
+	cfg := Config{ServerImage: "rancher/k3s", DefaultVersion: "v1.34.3-k3s1", DefaultPersistence: v1beta1.EphemeralPersistence, DefaultDatastore: v1beta1.SQLiteDatastore, DefaultStorageClass: "fast"}
 	cases := []struct {
 		name    string
 		spec    v1beta1.ClusterSpec
@@ -25,7 +25,7 @@ func TestResolve(t *testing.T) {
 		{
 			name: "an empty spec takes every default",
 			spec: v1beta1.ClusterSpec{},
-			want: Settings{Persistence: v1beta1.EphemeralPersistence, Datastore: v1beta1.SQLiteDatastore, StorageClass: ptr.To("fast"), StorageSize: resource.MustParse("2Gi"), ServerImage: "rancher/k3s:v1.34.2-k3s1", Servers: 1},
+			want: Settings{Persistence: v1beta1.EphemeralPersistence, Datastore: v1beta1.SQLiteDatastore, StorageClass: ptr.To("fast"), StorageSize: resource.MustParse("2Gi"), ServerImage: "rancher/k3s:v1.34.3-k3s1", Servers: 1},
 		},
 		{
 			name: "the spec wins over the defaults",

@@ -105,7 +105,7 @@ func countingClient(t *testing.T, w *writeCounter) client.Client {
 // testConfig is the controller configuration the tests reconcile with.
 var testConfig = Config{
 	ServerImage:        "rancher/k3s",
-	DefaultVersion:     "v1.34.2-k3s1",
+	DefaultVersion:     "v1.34.3-k3s1",
 	DatastoreImage:     "k3k-io/k3k-datastore:test",
 	AgentImage:         "k3k-io/k3k-kubelet:test",
 	AgentClusterRole:   "k3k-agent",

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# k3s.sh builds the real k3s server from an upstream source tarball (a `git archive`
+# of k3s-io/k3s) and packs it as a local image laid out like rancher/k3s: the static
+# binary at /bin/k3s, the CNI plugins the server looks for on its PATH (host-local,
+# loopback) beside it, /bin/kubectl linked to k3s, and the empty directories k3s
+# writes to. The binary is cached in $K3S_CACHE keyed by the tarball's sha256, so a
+# warm run only packs the image (seconds).
+#
+# usage: hack/k3s.sh binary TARBALL         build (or reuse) the binary; prints its path
+#        hack/k3s.sh image TARBALL OUT.tar  the binary packed as k3k-io/k3s:$K3S_TAG
+#
+# env:   K3K_TOOLS_DIR (default ~/.cache/k3k/tools): the cache lives in $K3K_TOOLS_DIR/k3s
+#        K3S_VERSION   the version the binary reports (default: read from the tarball's
+#                      Kubernetes version, e.g. v1.34.3+k3s1)
+#        K3S_TAG       the image tag (default: K3S_VERSION with + as -, the form of
+#                      rancher/k3s tags, so the controller's default version names it)
+#
+# Facts behind the flags are in ../shared/k3s/README.md: cgo is required, the two
+# embed folders are normally filled from the internet, and k3s refuses to start
+# unless it was told which Go it was built with.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
+CACHE=$TOOLS/k3s
+BIN=$ROOT/_output/bin
+
+say() { printf '[%s] k3s: %s\n' "$(date +%T)" "$*" >&2; }
+die() { printf 'k3s: %s\n' "$*" >&2; exit 1; }
+
+# binary TARBALL: path of the cached k3s built from TARBALL, building it if needed.
+binary() {
+  local tarball=$1
+  [ -f "$tarball" ] || die "no source tarball at $tarball"
+  local sum
+  sum=$(sha256sum "$tarball" | cut -c1-16)
+  local out=$CACHE/$sum/k3s
+  if [ -x "$out" ]; then
+    echo "$out"
+    return 0
+  fi
+  command -v gcc >/dev/null || die "gcc is needed (cgo): apt-get install gcc libc6-dev"
+  mkdir -p "$CACHE/$sum"
+  # The source tree is unpacked into the cache too, so a failed or interrupted
+  # build resumes with Go's build cache warm; it is removed once the binary exists.
+  local src=$CACHE/$sum/src
+  rm -rf "$src"
+  mkdir -p "$src"
+  tar -xzf "$tarball" -C "$src"
+  local top
+  top=$(find "$src" -mindepth 1 -maxdepth 2 -name go.mod -printf '%h\n' | head -1)
+  [ -n "$top" ] || die "$tarball holds no go.mod"
+  # Offline stand-ins for the two folders upstream fills by download: the
+  # manifests k3s deploys come from the tree itself; the static folder normally
+  # holds the Traefik chart, which the product disables.
+  mkdir -p "$top/pkg/deploy/embed" "$top/pkg/static/embed"
+  cp -a "$top"/manifests/. "$top/pkg/deploy/embed/"
+  [ -n "$(ls -A "$top/pkg/static/embed")" ] || echo "traefik is disabled by k3k" >"$top/pkg/static/embed/README"
+
+  local version=${K3S_VERSION:-}
+  if [ -z "$version" ]; then
+    local kube
+    kube=$(awk '$1 == "k8s.io/kubernetes" && $2 == "=>" {print $4}' "$top/go.mod" | head -1)
+    [ -n "$kube" ] || die "cannot read the Kubernetes version from $top/go.mod; set K3S_VERSION"
+    version=${kube/-k3s/+k3s}
+  fi
+  local commit
+  commit=$(basename "$tarball" .tar.gz | sed -n 's/^k3s-//p')
+  commit=${commit:-unknown}
+  local date
+  date=$(date -u -d @"$(stat -c %Y "$tarball")" +%Y-%m-%dT%H:%M:%SZ)
+  local pkg=github.com/k3s-io/k3s/pkg/version
+  local ldflags="-s -w -X $pkg.Version=$version -X $pkg.GitCommit=$commit"
+  ldflags+=" -X $pkg.UpstreamGolang=$(go env GOVERSION)"
+  for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    ldflags+=" -X $p.gitVersion=$version -X $p.gitCommit=$commit -X $p.gitTreeState=clean -X $p.buildDate=$date"
+  done
+  ldflags+=" -extldflags '-static -lm -ldl -lpthread'"
+  say "building k3s $version from $(basename "$tarball") (cgo; ~7 min warm, ~16 min cold on 2 cores)"
+  (
+    cd "$top"
+    CGO_ENABLED=1 GOFLAGS=-mod=mod \
+      CGO_CFLAGS="-DSQLITE_ENABLE_DBSTAT_VTAB=1 -DSQLITE_USE_ALLOCA=1" \
+      go build -trimpath \
+      -tags "ctrd netgo osusergo providerless urfave_cli_no_docs sqlite_omit_load_extension apparmor seccomp" \
+      -ldflags "$ldflags" -o "$out.tmp" ./cmd/server
+  )
+  mv "$out.tmp" "$out"
+  echo "$version" >"$CACHE/$sum/version"
+  rm -rf "$src"
+  say "built $out"
+  echo "$out"
+}
+
+# cni PLUGIN: the path of a CNI plugin from Debian's containernetworking-plugins.
+cni() {
+  local p=/usr/lib/cni/$1
+  if [ ! -x "$p" ]; then
+    say "installing containernetworking-plugins for $1"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q containernetworking-plugins >/dev/null ||
+      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q containernetworking-plugins >/dev/null; }
+  fi
+  [ -x "$p" ] || die "no $p after installing containernetworking-plugins"
+  echo "$p"
+}
+
+image() {
+  local tarball=$1 out=$2
+  local k3s
+  k3s=$(binary "$tarball")
+  local version
+  version=$(cat "$(dirname "$k3s")/version")
+  local tag=${K3S_TAG:-${version/+/-}}
+  mkdir -p "$BIN" "$(dirname "$out")"
+  (cd "$ROOT/hack/hostcluster/tools" && CGO_ENABLED=0 go build -trimpath -o "$BIN/mkimage" ./mkimage)
+  local entries=(
+    /bin/k3s="$k3s"
+    /bin/host-local="$(cni host-local)"
+    /bin/loopback="$(cni loopback)"
+    /bin/kubectl@k3s
+    /var/lib/rancher/k3s/ /etc/rancher/k3s/ /tmp/ /run/
+  )
+  say "k3k-io/k3s:$tag → $out"
+  "$BIN/mkimage" -o "$out" -t "k3k-io/k3s:$tag" -entrypoint /bin/k3s \
+    -env PATH=/bin:/usr/bin:/sbin "${entries[@]}"
+}
+
+case "${1:-}" in
+  binary) [ $# -eq 2 ] || die "usage: $0 binary TARBALL"; binary "$2" ;;
+  image) [ $# -eq 3 ] || die "usage: $0 image TARBALL OUT.tar"; image "$2" "$3" ;;
+  *) die "usage: $0 binary TARBALL | image TARBALL OUT.tar" ;;
+esac
