@@ -179,7 +179,28 @@ type k3sConfig struct {
 	ClusterDNS          string   `json:"cluster-dns,omitempty"`
 	Disable             []string `json:"disable"`
 	EgressSelectorMode  string   `json:"egress-selector-mode"`
+	// DisableCloudController: see disabledComponents.
+	DisableCloudController bool `json:"disable-cloud-controller"`
 }
+
+// disabledComponents are the packaged components k3s must not deploy in a
+// virtual cluster:
+//   - servicelb, traefik, local-storage: they need real nodes (host ports, a
+//     host path); the host cluster provides load balancing, ingress and volumes;
+//   - metrics-server: there is no kubelet summary API to scrape;
+//   - coredns: the shared-mode agent answers the pods' DNS itself
+//     (pkg/agent/dnsserver, Service k3k-<name>-dns) and points every virtual pod
+//     at it, so a CoreDNS Deployment would only be copied to the host to answer
+//     nobody (see docs/agent.md, "DNS").
+//
+// k3s's cloud controller is turned off too (disable-cloud-controller): with
+// servicelb disabled it only maps the k3s.io/* address annotations a k3s agent
+// sets onto its Node's addresses, and fails every minute for the shared-mode
+// agent's Node, whose addresses the agent writes itself (its pod IP, which the
+// API server dials for logs and exec). Off, k3s does not run the cloud
+// controller at all: no log noise, no leader-election writes, and nobody else
+// rewrites the agent's addresses.
+var disabledComponents = []string{"servicelb", "traefik", "metrics-server", "local-storage", "coredns"}
 
 // ServerConfig renders the k3s configuration file for c's servers. User
 // serverArgs are not here: they go on the command line, after it, so they win.
@@ -195,8 +216,10 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 		ClusterCIDR:         c.Spec.ClusterCIDR,
 		ServiceCIDR:         c.Spec.ServiceCIDR,
 		ClusterDNS:          c.Spec.ClusterDNS,
-		Disable:             []string{"servicelb", "traefik", "metrics-server", "local-storage"},
+		Disable:             append([]string(nil), disabledComponents...),
 		EgressSelectorMode:  "disabled",
+		// DisableCloudController: see disabledComponents.
+		DisableCloudController: true,
 	}
 	switch s.Datastore {
 	case v1beta1.SQLiteDatastore:
