@@ -91,6 +91,7 @@ func TestAdmissionRefusesServerArgsThatOverrideK3k(t *testing.T) {
 			if strings.Contains(err.Error(), "stolen") {
 				t.Fatalf("the error echoes the flag's value: %v", err)
 			}
+			t.Logf("refused: %v", err)
 		})
 	}
 }
@@ -107,24 +108,24 @@ func TestAdmissionRefusesServerEnvsThatOverrideK3k(t *testing.T) {
 	}}
 	cases := []struct {
 		name   string
-		envs   []corev1.EnvVar
+		envs   []v1beta1.ServerEnvVar
 		wantIn string
 	}{
-		{"K3S_CONFIG_FILE replaces k3k's config file", []corev1.EnvVar{{Name: "K3S_CONFIG_FILE", Value: "/dev/null"}}, "serverEnvs: K3S_CONFIG_FILE " + notAllowed},
-		{"K3S_TOKEN sets the token", []corev1.EnvVar{{Name: "K3S_TOKEN", Value: "stolen"}}, "serverEnvs: K3S_TOKEN " + notAllowed},
-		{"K3S_DATASTORE_ENDPOINT moves the datastore", []corev1.EnvVar{{Name: "K3S_DATASTORE_ENDPOINT", Value: "postgres://elsewhere"}}, "serverEnvs: K3S_DATASTORE_ENDPOINT " + notAllowed},
-		{"K3S_DATA_DIR moves the data dir", []corev1.EnvVar{{Name: "K3S_DATA_DIR", Value: "/tmp"}}, "serverEnvs: K3S_DATA_DIR " + notAllowed},
-		{"K3S_URL joins another server", []corev1.EnvVar{{Name: "K3S_URL", Value: "https://elsewhere:6443"}}, "serverEnvs: K3S_URL " + notAllowed},
-		{"K3S_KUBECONFIG_MODE opens the kubeconfig", []corev1.EnvVar{{Name: "K3S_KUBECONFIG_MODE", Value: "0644"}}, "serverEnvs: K3S_KUBECONFIG_MODE " + notAllowed},
-		{"K3S_CLUSTER_RESET forgets the members", []corev1.EnvVar{{Name: "K3S_CLUSTER_RESET", Value: "true"}}, "serverEnvs: K3S_CLUSTER_RESET " + notAllowed},
-		{"K3S_DEBUG is a flag too: use serverArgs", []corev1.EnvVar{{Name: "K3S_DEBUG", Value: "true"}}, "serverEnvs: K3S_DEBUG " + notAllowed},
-		{"KUBECONFIG redirects k3s's clients", []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/tmp/kc"}}, "serverEnvs: KUBECONFIG " + notAllowed},
-		{"KINE_SCHEMA_MIGRATION alters the database", []corev1.EnvVar{{Name: "KINE_SCHEMA_MIGRATION", Value: "2"}}, "serverEnvs: KINE_SCHEMA_MIGRATION " + notAllowed},
-		{"LD_PRELOAD", []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "/tmp/x.so"}}, "serverEnvs: LD_PRELOAD " + notAllowed},
-		{"a lower-case k3s variable is refused as well", []corev1.EnvVar{{Name: "k3s_token", Value: "x"}}, "serverEnvs: k3s_token " + notAllowed},
-		{"a refused name after an allowed one is still found", []corev1.EnvVar{{Name: "TZ", Value: "UTC"}, {Name: "K3S_TOKEN_FILE", Value: "/x"}}, "serverEnvs: K3S_TOKEN_FILE " + notAllowed},
-		{"an allowed name may not read a Secret", []corev1.EnvVar{{Name: "HTTPS_PROXY", ValueFrom: secretRef}}, "serverEnvs: valueFrom may only use fieldRef or resourceFieldRef"},
-		{"an allowed name may not read a ConfigMap", []corev1.EnvVar{{Name: "NO_PROXY", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		{"K3S_CONFIG_FILE replaces k3k's config file", []v1beta1.ServerEnvVar{{Name: "K3S_CONFIG_FILE", Value: "/dev/null"}}, "serverEnvs: K3S_CONFIG_FILE " + notAllowed},
+		{"K3S_TOKEN sets the token", []v1beta1.ServerEnvVar{{Name: "K3S_TOKEN", Value: "stolen"}}, "serverEnvs: K3S_TOKEN " + notAllowed},
+		{"K3S_DATASTORE_ENDPOINT moves the datastore", []v1beta1.ServerEnvVar{{Name: "K3S_DATASTORE_ENDPOINT", Value: "postgres://elsewhere"}}, "serverEnvs: K3S_DATASTORE_ENDPOINT " + notAllowed},
+		{"K3S_DATA_DIR moves the data dir", []v1beta1.ServerEnvVar{{Name: "K3S_DATA_DIR", Value: "/tmp"}}, "serverEnvs: K3S_DATA_DIR " + notAllowed},
+		{"K3S_URL joins another server", []v1beta1.ServerEnvVar{{Name: "K3S_URL", Value: "https://elsewhere:6443"}}, "serverEnvs: K3S_URL " + notAllowed},
+		{"K3S_KUBECONFIG_MODE opens the kubeconfig", []v1beta1.ServerEnvVar{{Name: "K3S_KUBECONFIG_MODE", Value: "0644"}}, "serverEnvs: K3S_KUBECONFIG_MODE " + notAllowed},
+		{"K3S_CLUSTER_RESET forgets the members", []v1beta1.ServerEnvVar{{Name: "K3S_CLUSTER_RESET", Value: "true"}}, "serverEnvs: K3S_CLUSTER_RESET " + notAllowed},
+		{"K3S_DEBUG is a flag too: use serverArgs", []v1beta1.ServerEnvVar{{Name: "K3S_DEBUG", Value: "true"}}, "serverEnvs: K3S_DEBUG " + notAllowed},
+		{"KUBECONFIG redirects k3s's clients", []v1beta1.ServerEnvVar{{Name: "KUBECONFIG", Value: "/tmp/kc"}}, "serverEnvs: KUBECONFIG " + notAllowed},
+		{"KINE_SCHEMA_MIGRATION alters the database", []v1beta1.ServerEnvVar{{Name: "KINE_SCHEMA_MIGRATION", Value: "2"}}, "serverEnvs: KINE_SCHEMA_MIGRATION " + notAllowed},
+		{"LD_PRELOAD", []v1beta1.ServerEnvVar{{Name: "LD_PRELOAD", Value: "/tmp/x.so"}}, "serverEnvs: LD_PRELOAD " + notAllowed},
+		{"a lower-case k3s variable is refused as well", []v1beta1.ServerEnvVar{{Name: "k3s_token", Value: "x"}}, "serverEnvs: k3s_token " + notAllowed},
+		{"a refused name after an allowed one is still found", []v1beta1.ServerEnvVar{{Name: "TZ", Value: "UTC"}, {Name: "K3S_TOKEN_FILE", Value: "/x"}}, "serverEnvs: K3S_TOKEN_FILE " + notAllowed},
+		{"an allowed name may not read a Secret", []v1beta1.ServerEnvVar{{Name: "HTTPS_PROXY", ValueFrom: secretRef}}, "serverEnvs: valueFrom may only use fieldRef or resourceFieldRef"},
+		{"an allowed name may not read a ConfigMap", []v1beta1.ServerEnvVar{{Name: "NO_PROXY", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "k3k-demo-server-config"}, Key: "config.yaml",
 		}}}}, "serverEnvs: valueFrom may only use fieldRef or resourceFieldRef"},
 	}
@@ -141,6 +142,7 @@ func TestAdmissionRefusesServerEnvsThatOverrideK3k(t *testing.T) {
 			if strings.Contains(err.Error(), "stolen") {
 				t.Fatalf("the error echoes the variable's value: %v", err)
 			}
+			t.Logf("refused: %v", err)
 		})
 	}
 }
@@ -167,7 +169,7 @@ func TestAdmissionAcceptsBenignServerArgsAndEnvs(t *testing.T) {
 			c.Spec.ServerArgs = []string{"--kube-apiserver-arg=audit-log-path=/var/lib/rancher/k3s/etcd-servers.log"}
 		}},
 		{"every allowed variable, literal and from the downward API", func(c *v1beta1.Cluster) {
-			c.Spec.ServerEnvs = []corev1.EnvVar{
+			c.Spec.ServerEnvs = []v1beta1.ServerEnvVar{
 				{Name: "HTTP_PROXY", Value: "http://proxy:3128"}, {Name: "HTTPS_PROXY", Value: "http://proxy:3128"}, {Name: "NO_PROXY", Value: ".corp"},
 				{Name: "http_proxy", Value: "http://proxy:3128"}, {Name: "https_proxy", Value: "http://proxy:3128"}, {Name: "no_proxy", Value: ".corp"},
 				{Name: "GOMAXPROCS", Value: "2"}, {Name: "GOGC", Value: "50"}, {Name: "TZ", Value: "UTC"},

@@ -60,6 +60,9 @@ type Settings struct {
 	StorageSize  resource.Quantity
 	ServerImage  string
 	Servers      int32
+	// ExternalSecret is which keys the external datastore Secret holds, as
+	// observed by reconcileExternalSecret (zero without a secretRef).
+	ExternalSecret ExternalSecretKeys
 }
 
 // InvalidSpecError is a spec that admission accepted but the controller cannot
@@ -228,15 +231,7 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 		cfg.DatastoreEndpoint = etcdEndpoints(c, s.Servers)
 		cfg.DatastoreCAFile, cfg.DatastoreCertFile, cfg.DatastoreKeyFile = EtcdCAPath, EtcdCertPath, EtcdKeyPath
 	case v1beta1.ExternalDatastore:
-		// With a secretRef the endpoint comes from the environment (see
-		// serverContainer) so credentials never land in this ConfigMap.
-		if c.Spec.Datastore.External.SecretRef == nil {
-			cfg.DatastoreEndpoint = c.Spec.Datastore.External.Endpoint
-		} else {
-			cfg.DatastoreCAFile = DatastoreSecretDir + "/ca.crt"
-			cfg.DatastoreCertFile = DatastoreSecretDir + "/tls.crt"
-			cfg.DatastoreKeyFile = DatastoreSecretDir + "/tls.key"
-		}
+		externalDatastoreConfig(&cfg, c, s)
 	}
 	return yaml.Marshal(cfg)
 }
@@ -485,7 +480,7 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 		Image:           s.ServerImage,
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         ServerArgs(c),
-		Env:             append([]corev1.EnvVar(nil), c.Spec.ServerEnvs...),
+		Env:             serverEnv(c),
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort, Protocol: corev1.ProtocolTCP}},
 		StartupProbe:    tcpProbe(2, 300),
 		ReadinessProbe:  tcpProbe(5, 3),
@@ -502,14 +497,16 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 	if c.Spec.ServerResources != nil {
 		ctr.Resources = *c.Spec.ServerResources.DeepCopy()
 	}
-	if s.Datastore == v1beta1.ExternalDatastore && c.Spec.Datastore.External.SecretRef != nil {
-		ref := c.Spec.Datastore.External.SecretRef
-		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "K3S_DATASTORE_ENDPOINT", ValueFrom: &corev1.EnvVarSource{
-			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: *ref, Key: "endpoint", Optional: ptr.To(true)},
-		}})
-		ctr.VolumeMounts = append(ctr.VolumeMounts, mount(DatastoreSecretVolume, DatastoreSecretDir, true, ""))
-	}
 	return ctr
+}
+
+// serverEnv is spec.serverEnvs as the k3s container's environment.
+func serverEnv(c *v1beta1.Cluster) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	for _, e := range c.Spec.ServerEnvs {
+		env = append(env, e.EnvVar())
+	}
+	return env
 }
 
 // publisherContainer copies the kubeconfig k3s writes into the kubeconfig
@@ -584,11 +581,6 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 			Items: []corev1.KeyToPath{{Key: SecretKeyToken, Path: SecretKeyToken}},
 		}}},
 	}
-	if s.Datastore == v1beta1.ExternalDatastore && c.Spec.Datastore.External.SecretRef != nil {
-		volumes = append(volumes, corev1.Volume{Name: DatastoreSecretVolume, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: c.Spec.Datastore.External.SecretRef.Name, Optional: ptr.To(true)},
-		}})
-	}
 	var claims []corev1.PersistentVolumeClaim
 	if s.Persistence == v1beta1.EphemeralPersistence {
 		volumes = append(volumes, corev1.Volume{Name: DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
@@ -613,6 +605,10 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 		initContainers = append(initContainers, etcdSidecar(c, cfg))
 		volumes = append(volumes, etcdVolumes(c)...)
 		server.VolumeMounts = append(server.VolumeMounts, mount(EtcdTLSVolume, EtcdTLSDir, true, ""))
+	case v1beta1.ExternalDatastore:
+		check, extVolumes := externalServerPod(c, s, cfg, &server)
+		initContainers = append(initContainers, check...)
+		volumes = append(volumes, extVolumes...)
 	}
 	sort.Slice(volumes, func(i, j int) bool { return volumes[i].Name < volumes[j].Name })
 	var pullSecrets []corev1.LocalObjectReference

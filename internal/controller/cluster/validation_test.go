@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -143,7 +142,7 @@ func TestAdmissionAcceptsGrowthAndDefaults(t *testing.T) {
 		t.Fatalf("defaults not applied: mode=%q servers=%d size=%q whenDeleted=%q", c.Spec.Mode, c.Spec.Servers, c.Spec.Persistence.StorageRequestSize, c.Spec.Persistence.WhenDeleted)
 	}
 	c.Spec.Persistence.StorageRequestSize = "3Gi"
-	c.Spec.ServerEnvs = []corev1.EnvVar{{Name: "GOMAXPROCS", Value: "2"}}
+	c.Spec.ServerEnvs = []v1beta1.ServerEnvVar{{Name: "GOMAXPROCS", Value: "2"}}
 	if err := k8s.Update(ctx, c); err != nil {
 		t.Fatalf("growing the storage request: %v", err)
 	}
