@@ -70,7 +70,7 @@ EOF
 listen_addresses = '$address'
 port = $PORT
 unix_socket_directories = '$SOCK'
-max_connections = 50
+max_connections = 100
 shared_buffers = 32MB
 fsync = on
 EOF
