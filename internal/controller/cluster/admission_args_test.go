@@ -63,6 +63,8 @@ func TestAdmissionRefusesServerArgsThatOverrideK3k(t *testing.T) {
 		{"--bind-address moves the listener", []string{"--bind-address=127.0.0.1"}, "serverArgs: --bind-address " + managed},
 		{"--advertise-address changes the advertised address", []string{"--advertise-address=10.0.0.1"}, "serverArgs: --advertise-address " + managed},
 		{"--advertise-port changes the advertised port", []string{"--advertise-port=1"}, "serverArgs: --advertise-port " + managed},
+		{"the short alias -i of --node-ip changes the advertised address", []string{"-i", "10.0.0.1"}, "serverArgs: -i " + managed},
+		{"--node-external-ip changes the advertised address", []string{"--node-external-ip=10.0.0.1"}, "serverArgs: --node-external-ip " + managed},
 		{"--tls-san adds names outside spec.tlsSANs", []string{"--tls-san=evil.example"}, "serverArgs: --tls-san " + managed},
 		{"--cluster-cidr adds a second pod network", []string{"--cluster-cidr=10.99.0.0/16"}, "serverArgs: --cluster-cidr " + managed},
 		{"--service-cidr adds a second service network", []string{"--service-cidr=10.98.0.0/16"}, "serverArgs: --service-cidr " + managed},
