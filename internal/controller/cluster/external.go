@@ -30,9 +30,11 @@ import (
 //     connection. Its exit code and termination message are the reason
 //     (Unreachable, AuthFailed, TLSFailed, InvalidEndpoint) the controller puts
 //     on DatastoreReady.
-//   - <data-dir>/server/db, where k3s would put that SQLite file, is an
-//     empty read-only volume: a k3s that somehow got no endpoint fails instead
-//     of starting empty.
+//   - <data-dir>/server/db/state.db, the SQLite file k3s would create, is an
+//     empty read-only directory: a k3s that somehow got no endpoint cannot open
+//     it ("unable to open database file: is a directory") and never serves an
+//     empty cluster. (Not all of server/db: k3s writes server/db/etcd/name
+//     whatever the datastore.)
 
 // ExternalSecretKeys are the keys the external datastore Secret holds, as the
 // controller observed them. They decide what the server pod is given.
@@ -51,8 +53,10 @@ const (
 	ExternalCheckContainer = "datastore-check"
 	// ExternalEndpointEnv carries the endpoint to k3s and to the check.
 	ExternalEndpointEnv = "K3S_DATASTORE_ENDPOINT"
-	// K3sDBGuardVolume is the empty read-only volume over <data-dir>/server/db.
+	// K3sDBGuardVolume is the empty read-only directory at k3s's SQLite file,
+	// K3sSQLitePath.
 	K3sDBGuardVolume = "k3s-db-guard"
+	K3sSQLitePath    = K3sDataDir + "/server/db/state.db"
 )
 
 // Reasons of DatastoreReady for datastore.type external.
@@ -175,7 +179,7 @@ func externalServerPod(c *v1beta1.Cluster, s Settings, cfg Config, server *corev
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
 		}},
 	}
-	server.VolumeMounts = append(server.VolumeMounts, mount(K3sDBGuardVolume, K3sDataDir+"/server/db", true, ""))
+	server.VolumeMounts = append(server.VolumeMounts, mount(K3sDBGuardVolume, K3sSQLitePath, true, ""))
 	volumes = append(volumes, corev1.Volume{Name: K3sDBGuardVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrQuantity("1Mi")},
 	}})

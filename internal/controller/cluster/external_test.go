@@ -30,7 +30,7 @@ func externalCluster(secret string) *v1beta1.Cluster {
 // and the server pod for each shape of external datastore Secret: the
 // endpoint never lands in the ConfigMap when the Secret holds it, only the TLS
 // files the Secret holds are named, the check runs before k3s with the same
-// endpoint and files, and k3s's own SQLite directory is read-only.
+// endpoint and files, and k3s's own SQLite file is blocked.
 func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 	fromSecret := &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "endpoint"}}
 	cases := []struct {
@@ -123,8 +123,8 @@ func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 			} else if checkEnv.Value != c.Spec.Datastore.External.Endpoint {
 				t.Errorf("the check's endpoint %+v, want the spec's", checkEnv)
 			}
-			if !hasMount(server, K3sDBGuardVolume, K3sDataDir+"/server/db", true) {
-				t.Errorf("k3s's SQLite directory is not covered read-only: %+v", server.VolumeMounts)
+			if !hasMount(server, K3sDBGuardVolume, "/var/lib/rancher/k3s/server/db/state.db", true) {
+				t.Errorf("k3s's SQLite file is not blocked by a read-only directory: %+v", server.VolumeMounts)
 			}
 			secretMounted := hasMount(server, DatastoreSecretVolume, DatastoreSecretDir, true)
 			if secretMounted != tc.wantSecret || hasMount(check, DatastoreSecretVolume, DatastoreSecretDir, true) != tc.wantSecret {
