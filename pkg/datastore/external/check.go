@@ -102,9 +102,14 @@ func Check(ctx context.Context, t Target) error {
 	if t.Timeout <= 0 {
 		t.Timeout = 5 * time.Second
 	}
-	endpoint := strings.TrimSpace(t.Endpoint)
-	if endpoint == "" {
+	endpoint := t.Endpoint
+	if strings.TrimSpace(endpoint) == "" {
 		return &Error{InvalidEndpoint, "the endpoint is empty: k3s would fall back to a SQLite file inside the server pod"}
+	}
+	if strings.ContainsAny(endpoint, " \t\r\n") {
+		// k3s takes the value as it is; a Secret written with `echo` ends in
+		// a newline that becomes part of the database name.
+		return &Error{InvalidEndpoint, "the endpoint contains white space (a trailing newline?)"}
 	}
 	scheme, rest, ok := strings.Cut(endpoint, "://")
 	if !ok || rest == "" {

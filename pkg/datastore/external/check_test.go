@@ -44,6 +44,7 @@ func TestCheckSaysWhyWithoutTellingTheSecret(t *testing.T) {
 	}{
 		{"an empty endpoint would make k3s use SQLite", "", InvalidEndpoint, "k3s would fall back to a SQLite file"},
 		{"blanks are empty too", "   ", InvalidEndpoint, "k3s would fall back to a SQLite file"},
+		{"a trailing newline would be part of the database name", "postgres://k3s:" + password + "@" + closed + "/k3s\n", InvalidEndpoint, "white space"},
 		{"no scheme is a SQLite path to k3s", "db.example:5432/k3s", InvalidEndpoint, "no scheme"},
 		{"sqlite is not external", "sqlite:///var/lib/rancher/k3s/server/db/state.db", InvalidEndpoint, `scheme "sqlite"`},
 		{"postgres on a closed port is unreachable", "postgres://k3s:" + password + "@" + closed + "/k3s?sslmode=disable", Unreachable, "PostgreSQL at " + closed},
