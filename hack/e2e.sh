@@ -74,6 +74,9 @@ up() {
 
 down() {
   if [ "$CLUSTER" = hostcluster ]; then
+    # The external-datastore scenario's PostgreSQL (e2e/external_test.go) lives
+    # in the host cluster's directory; a test that was killed leaves it running.
+    "$ROOT/hack/postgres.sh" down || say "PostgreSQL down failed (run '$ROOT/hack/postgres.sh down' again)"
     "$HC" down || say "host cluster down failed (run '$HC down' again)"
   fi
 }

@@ -136,15 +136,23 @@ type ClusterSpec struct {
 	TLSSANs []string `json:"tlsSANs,omitempty"`
 
 	// ServerArgs are extra `k3s server` arguments, appended after the ones the
-	// controller generates. Flags the controller owns are rejected.
+	// controller generates, so they would win over them: every flag that sets
+	// something k3k generates is refused, under each of its names and forms
+	// (`--flag`, `-flag`, `--flag=value`, k3s's short aliases), with a message
+	// naming the flag. docs/architecture.md lists them and says why.
 	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:XValidation:rule="self.all(a, !['--datastore-endpoint', '--token', '--token-file', '--agent-token', '--data-dir', '-d', '--write-kubeconfig', '--cluster-init', '--server', '--cluster-reset'].exists(f, a == f || a.startsWith(f + '=')))",message="serverArgs: --datastore-endpoint, --token, --token-file, --agent-token, --data-dir, --write-kubeconfig, --cluster-init, --server and --cluster-reset are managed by k3k and cannot be set"
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^--?(config|c|token|t|token-file|agent-token|agent-token-file|server|s|cluster-init|cluster-reset|cluster-reset-restore-path|data-dir|d|datastore-endpoint|datastore-cafile|datastore-certfile|datastore-keyfile|kine-tls|write-kubeconfig|o|write-kubeconfig-mode|write-kubeconfig-group|https-listen-port|supervisor-port|apiserver-port|apiserver-bind-address|bind-address|advertise-address|advertise-port|node-ip|i|node-external-ip|tls-san|cluster-cidr|service-cidr|cluster-dns|cluster-domain|egress-selector-mode|disable-agent|disable-apiserver|disable-etcd|disable-controller-manager|disable-cloud-controller|help|h)(=.*)?$'))",messageExpression="'serverArgs: ' + self.filter(a, a.matches('^--?(config|c|token|t|token-file|agent-token|agent-token-file|server|s|cluster-init|cluster-reset|cluster-reset-restore-path|data-dir|d|datastore-endpoint|datastore-cafile|datastore-certfile|datastore-keyfile|kine-tls|write-kubeconfig|o|write-kubeconfig-mode|write-kubeconfig-group|https-listen-port|supervisor-port|apiserver-port|apiserver-bind-address|bind-address|advertise-address|advertise-port|node-ip|i|node-external-ip|tls-san|cluster-cidr|service-cidr|cluster-dns|cluster-domain|egress-selector-mode|disable-agent|disable-apiserver|disable-etcd|disable-controller-manager|disable-cloud-controller|help|h)(=.*)?$'))[0].split('=')[0] + ' is set by k3k and cannot be overridden: the config file, token, datastore, data directory, kubeconfig, listen addresses and ports and the components k3k runs are generated; TLS SANs, networks and cluster DNS come from spec.tlsSANs, spec.clusterCIDR, spec.serviceCIDR and spec.clusterDNS'",reason=FieldValueForbidden
+	// +kubebuilder:validation:XValidation:rule="self.all(a, a != '--kube-apiserver-arg' && a != '-kube-apiserver-arg')",message="serverArgs: write --kube-apiserver-arg=<flag>=<value> as one item, so that admission can check which API server flag it sets",reason=FieldValueInvalid
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^--?kube-apiserver-arg=(--)?(etcd-[a-z-]*|storage-backend|secure-port|bind-address)[+-]?(=.*)?$'))",message="serverArgs: --kube-apiserver-arg may not set etcd-*, storage-backend, secure-port or bind-address: the API server's storage and listener are k3k's (they would bypass the datastore k3k runs)",reason=FieldValueForbidden
 	// +optional
 	ServerArgs []string `json:"serverArgs,omitempty"`
 
-	// ServerEnvs are extra environment variables for the k3s container.
+	// ServerEnvs are extra environment variables for the k3s container, limited
+	// to what cannot change what k3k generates (see ServerEnvVar).
+	// +kubebuilder:validation:MaxItems=32
 	// +optional
-	ServerEnvs []corev1.EnvVar `json:"serverEnvs,omitempty"`
+	ServerEnvs []ServerEnvVar `json:"serverEnvs,omitempty"`
 
 	// ServerResources are the k3s container's resource requests and limits.
 	// +optional
@@ -171,6 +179,43 @@ type ClusterSpec struct {
 	// means in-cluster only, through Service k3k-<name>-service.
 	// +optional
 	Expose *ExposeConfig `json:"expose,omitempty"`
+}
+
+// ServerEnvVar is an environment variable of the k3s container: the fields of
+// a container's env entry, with what k3k accepts in them narrowed.
+//
+// Only names that cannot change what k3k generates are accepted: the proxy
+// variables (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, upper or lower case), the Go
+// runtime's GOMAXPROCS, GOMEMLIMIT and GOGC, and TZ. Every K3S_* variable is a
+// second way to set a k3s flag (K3S_CONFIG_FILE even replaces k3k's config
+// file), and others redirect k3s or what it runs (KUBECONFIG, HOME,
+// KINE_*, LD_PRELOAD); set k3s flags through serverArgs. Values are literal or
+// from the downward API (fieldRef, resourceFieldRef): a secretKeyRef or
+// configMapKeyRef would let whoever writes the Cluster hand the server pod any
+// Secret or ConfigMap of the namespace.
+type ServerEnvVar struct {
+	// Name of the variable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self in ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'http_proxy', 'https_proxy', 'no_proxy', 'GOMAXPROCS', 'GOMEMLIMIT', 'GOGC', 'TZ']",messageExpression="'serverEnvs: ' + self + ' is not allowed: only HTTP_PROXY, HTTPS_PROXY, NO_PROXY (either case), GOMAXPROCS, GOMEMLIMIT, GOGC and TZ are; K3S_* variables and the like would override what k3k generates (set k3s flags through serverArgs)'",reason=FieldValueForbidden
+	Name string `json:"name"`
+	// Value of the variable; $(VAR) references expand as in any container.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Value string `json:"value,omitempty"`
+	// ValueFrom takes the value from the downward API.
+	// +kubebuilder:validation:XValidation:rule="!has(self.secretKeyRef) && !has(self.configMapKeyRef)",message="serverEnvs: valueFrom may only use fieldRef or resourceFieldRef; secretKeyRef and configMapKeyRef would hand the server pod any Secret or ConfigMap of the namespace",reason=FieldValueForbidden
+	// +optional
+	ValueFrom *corev1.EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// EnvVar is e as a container's environment variable.
+func (e ServerEnvVar) EnvVar() corev1.EnvVar {
+	out := corev1.EnvVar{Name: e.Name, Value: e.Value}
+	if e.ValueFrom != nil {
+		out.ValueFrom = e.ValueFrom.DeepCopy()
+	}
+	return out
 }
 
 // TokenSecretReference names a Secret in the Cluster's namespace.
@@ -227,14 +272,21 @@ type DatastoreConfig struct {
 // --datastore-endpoint.
 type ExternalDatastoreConfig struct {
 	// Endpoint is the datastore endpoint without credentials, e.g.
-	// postgres://db.example:5432/k3s or https://etcd.example:2379.
+	// postgres://db.example:5432/k3s or https://etcd.example:2379. Only the
+	// schemes of datastores that live outside the server pod are accepted: k3s
+	// given anything else (sqlite://, a bare path) would keep the cluster in a
+	// file inside the pod instead.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(postgres|postgresql|mysql|http|https|nats)://[^ ]+$')",message="datastore.external.endpoint must be a postgres://, postgresql://, mysql://, http(s):// (etcd) or nats:// URL: with anything else k3s would keep the cluster in a SQLite file inside the server pod",reason=FieldValueInvalid
 	Endpoint string `json:"endpoint"`
 
 	// SecretRef names a Secret whose key "endpoint", when present, replaces
 	// Endpoint (so credentials stay out of the Cluster object), and whose keys
-	// "ca.crt", "tls.crt" and "tls.key" are the client TLS material.
+	// "ca.crt", "tls.crt" and "tls.key" are the client TLS material. Only the
+	// keys present are passed to k3s; "tls.crt" and "tls.key" go together. The
+	// controller does not start servers while the Secret is missing and reports
+	// why in the DatastoreReady condition.
 	// +optional
 	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
 }

@@ -1,10 +1,12 @@
 // Command datastore is the server pod's sidecar binary: `datastore sqlite` serves
 // the virtual cluster's datastore over the etcd v3 API, `datastore etcd` runs an
-// etcd member for HA clusters, and `datastore publish-kubeconfig` copies the
-// kubeconfig k3s writes into the cluster's Secret.
+// etcd member for HA clusters, `datastore publish-kubeconfig` copies the
+// kubeconfig k3s writes into the cluster's Secret, and `datastore check-external`
+// checks an external datastore before k3s starts on it.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -13,6 +15,11 @@ import (
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
+		var exit *exitError
+		if errors.As(err, &exit) {
+			// The command has said why already; the code is the reason.
+			os.Exit(int(exit.code))
+		}
 		fmt.Fprintln(os.Stderr, "datastore:", err)
 		os.Exit(1)
 	}
@@ -31,6 +38,7 @@ func newRootCommand() *cobra.Command {
 		newSQLiteCommand(),
 		newEtcdCommand(),
 		newPublishKubeconfigCommand(),
+		newCheckExternalCommand(),
 	)
 	return root
 }

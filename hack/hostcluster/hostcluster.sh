@@ -20,7 +20,8 @@ DIR=${HOSTCLUSTER_DIR:-/tmp/k3k-hostcluster}
 DIR=${DIR%/}
 TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
-PACKAGES="containerd runc containernetworking-plugins iptables conntrack busybox-static"
+# postgresql: the external datastore scenario's database (hack/postgres.sh)
+PACKAGES="containerd runc containernetworking-plugins iptables conntrack busybox-static postgresql"
 
 BIN=$DIR/bin IMAGES=$DIR/images PKI=$DIR/pki ETC=$DIR/etc VAR=$DIR/var RUN=$DIR/run LOG=$DIR/log
 SOCK=$RUN/containerd/containerd.sock

@@ -38,7 +38,7 @@ func TestBadInputGetsOneClearLineAndChangesNothing(t *testing.T) {
 		{"an unknown output format", []string{"cluster", "list", "-o", "xml"}, ExitUsage, []string{`--output "xml"`, "hint: use -o table"}},
 		{"a zero timeout", []string{"cluster", "create", "x", "--timeout", "0s"}, ExitUsage, []string{"--timeout must be positive"}},
 		{"a flag the API server owns, rejected at admission", []string{"cluster", "create", "x", "--wait=false", "--server-args=--token=abc"}, ExitUsage,
-			[]string{"creating cluster", "managed by k3k and cannot be set", "hint: fix the rejected value"}},
+			[]string{"creating cluster", "serverArgs: --token is set by k3k and cannot be overridden", "hint: fix the rejected value"}},
 		{"a kubeconfig that does not exist", []string{"cluster", "list", "--kubeconfig", "/nonexistent/kubeconfig"}, ExitError, []string{"loading the host cluster's kubeconfig", "hint: check --kubeconfig"}},
 	}
 	for _, tc := range cases {

@@ -83,7 +83,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		for _, s := range []step{
 			r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
 			r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
-			r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
+			r.reconcileExternalSecret, r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
 		} {
 			res, err := s(ctx, c, o)
 			if err != nil {
@@ -255,6 +255,11 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 	exists := err == nil
 	etcdMode := o.settings.Datastore == v1beta1.EtcdDatastore
 	if !exists && (!o.token.ready || (etcdMode && o.etcd.tls == nil)) {
+		return ctrl.Result{}, nil
+	}
+	if o.external.hold {
+		// The external datastore Secret is missing or incomplete: what the
+		// servers would be given cannot be known, so nothing changes.
 		return ctrl.Result{}, nil
 	}
 	config, err := ServerConfig(c, o.settings)

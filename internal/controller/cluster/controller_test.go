@@ -161,7 +161,7 @@ func TestReconcileCreatesTheServerObjects(t *testing.T) {
 	if !equalStrings(pod.InitContainers[0].Command, DatastoreArgs()) {
 		t.Fatalf("datastore command %v", pod.InitContainers[0].Command)
 	}
-	if want := []string{"/bin/k3s", "server", "--config=/etc/rancher/k3s/config.yaml", "--kube-apiserver-arg=v=2"}; !equalStrings(pod.Containers[0].Command, want) {
+	if want := []string{"/bin/k3s", "server", "--config=/etc/k3k/config/config.yaml", "--kube-apiserver-arg=v=2"}; !equalStrings(pod.Containers[0].Command, want) {
 		t.Fatalf("k3s command %v, want %v", pod.Containers[0].Command, want)
 	}
 	if pod.Containers[0].Image != "rancher/k3s:v1.34.3-k3s1" {

@@ -60,6 +60,9 @@ type Settings struct {
 	StorageSize  resource.Quantity
 	ServerImage  string
 	Servers      int32
+	// ExternalSecret is which keys the external datastore Secret holds, as
+	// observed by reconcileExternalSecret (zero without a secretRef).
+	ExternalSecret ExternalSecretKeys
 }
 
 // InvalidSpecError is a spec that admission accepted but the controller cannot
@@ -179,7 +182,28 @@ type k3sConfig struct {
 	ClusterDNS          string   `json:"cluster-dns,omitempty"`
 	Disable             []string `json:"disable"`
 	EgressSelectorMode  string   `json:"egress-selector-mode"`
+	// DisableCloudController: see disabledComponents.
+	DisableCloudController bool `json:"disable-cloud-controller"`
 }
+
+// disabledComponents are the packaged components k3s must not deploy in a
+// virtual cluster:
+//   - servicelb, traefik, local-storage: they need real nodes (host ports, a
+//     host path); the host cluster provides load balancing, ingress and volumes;
+//   - metrics-server: there is no kubelet summary API to scrape;
+//   - coredns: the shared-mode agent answers the pods' DNS itself
+//     (pkg/agent/dnsserver, Service k3k-<name>-dns) and points every virtual pod
+//     at it, so a CoreDNS Deployment would only be copied to the host to answer
+//     nobody (see docs/agent.md, "DNS").
+//
+// k3s's cloud controller is turned off too (disable-cloud-controller): with
+// servicelb disabled it only maps the k3s.io/* address annotations a k3s agent
+// sets onto its Node's addresses, and fails every minute for the shared-mode
+// agent's Node, whose addresses the agent writes itself (its pod IP, which the
+// API server dials for logs and exec). Off, k3s does not run the cloud
+// controller at all: no log noise, no leader-election writes, and nobody else
+// rewrites the agent's addresses.
+var disabledComponents = []string{"servicelb", "traefik", "metrics-server", "local-storage", "coredns"}
 
 // ServerConfig renders the k3s configuration file for c's servers. User
 // serverArgs are not here: they go on the command line, after it, so they win.
@@ -195,8 +219,10 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 		ClusterCIDR:         c.Spec.ClusterCIDR,
 		ServiceCIDR:         c.Spec.ServiceCIDR,
 		ClusterDNS:          c.Spec.ClusterDNS,
-		Disable:             []string{"servicelb", "traefik", "metrics-server", "local-storage"},
+		Disable:             append([]string(nil), disabledComponents...),
 		EgressSelectorMode:  "disabled",
+		// DisableCloudController: see disabledComponents.
+		DisableCloudController: true,
 	}
 	switch s.Datastore {
 	case v1beta1.SQLiteDatastore:
@@ -205,15 +231,7 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 		cfg.DatastoreEndpoint = etcdEndpoints(c, s.Servers)
 		cfg.DatastoreCAFile, cfg.DatastoreCertFile, cfg.DatastoreKeyFile = EtcdCAPath, EtcdCertPath, EtcdKeyPath
 	case v1beta1.ExternalDatastore:
-		// With a secretRef the endpoint comes from the environment (see
-		// serverContainer) so credentials never land in this ConfigMap.
-		if c.Spec.Datastore.External.SecretRef == nil {
-			cfg.DatastoreEndpoint = c.Spec.Datastore.External.Endpoint
-		} else {
-			cfg.DatastoreCAFile = DatastoreSecretDir + "/ca.crt"
-			cfg.DatastoreCertFile = DatastoreSecretDir + "/tls.crt"
-			cfg.DatastoreKeyFile = DatastoreSecretDir + "/tls.key"
-		}
+		externalDatastoreConfig(&cfg, c, s)
 	}
 	return yaml.Marshal(cfg)
 }
@@ -462,7 +480,7 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 		Image:           s.ServerImage,
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         ServerArgs(c),
-		Env:             append([]corev1.EnvVar(nil), c.Spec.ServerEnvs...),
+		Env:             serverEnv(c),
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort, Protocol: corev1.ProtocolTCP}},
 		StartupProbe:    tcpProbe(2, 300),
 		ReadinessProbe:  tcpProbe(5, 3),
@@ -479,14 +497,16 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 	if c.Spec.ServerResources != nil {
 		ctr.Resources = *c.Spec.ServerResources.DeepCopy()
 	}
-	if s.Datastore == v1beta1.ExternalDatastore && c.Spec.Datastore.External.SecretRef != nil {
-		ref := c.Spec.Datastore.External.SecretRef
-		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "K3S_DATASTORE_ENDPOINT", ValueFrom: &corev1.EnvVarSource{
-			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: *ref, Key: "endpoint", Optional: ptr.To(true)},
-		}})
-		ctr.VolumeMounts = append(ctr.VolumeMounts, mount(DatastoreSecretVolume, DatastoreSecretDir, true, ""))
-	}
 	return ctr
+}
+
+// serverEnv is spec.serverEnvs as the k3s container's environment.
+func serverEnv(c *v1beta1.Cluster) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	for _, e := range c.Spec.ServerEnvs {
+		env = append(env, e.EnvVar())
+	}
+	return env
 }
 
 // publisherContainer copies the kubeconfig k3s writes into the kubeconfig
@@ -561,11 +581,6 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 			Items: []corev1.KeyToPath{{Key: SecretKeyToken, Path: SecretKeyToken}},
 		}}},
 	}
-	if s.Datastore == v1beta1.ExternalDatastore && c.Spec.Datastore.External.SecretRef != nil {
-		volumes = append(volumes, corev1.Volume{Name: DatastoreSecretVolume, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: c.Spec.Datastore.External.SecretRef.Name, Optional: ptr.To(true)},
-		}})
-	}
 	var claims []corev1.PersistentVolumeClaim
 	if s.Persistence == v1beta1.EphemeralPersistence {
 		volumes = append(volumes, corev1.Volume{Name: DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
@@ -590,6 +605,10 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 		initContainers = append(initContainers, etcdSidecar(c, cfg))
 		volumes = append(volumes, etcdVolumes(c)...)
 		server.VolumeMounts = append(server.VolumeMounts, mount(EtcdTLSVolume, EtcdTLSDir, true, ""))
+	case v1beta1.ExternalDatastore:
+		check, extVolumes := externalServerPod(c, s, cfg, &server)
+		initContainers = append(initContainers, check...)
+		volumes = append(volumes, extVolumes...)
 	}
 	sort.Slice(volumes, func(i, j int) bool { return volumes[i].Name < volumes[j].Name })
 	var pullSecrets []corev1.LocalObjectReference

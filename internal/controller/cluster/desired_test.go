@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -94,7 +93,9 @@ disable:
 - traefik
 - metrics-server
 - local-storage
+- coredns
 disable-agent: true
+disable-cloud-controller: true
 egress-selector-mode: disabled
 https-listen-port: 6443
 service-cidr: 10.43.0.0/16
@@ -110,34 +111,6 @@ write-kubeconfig-mode: "0600"
 `
 	if diff := cmp.Diff(want, string(got)); diff != "" {
 		t.Fatalf("k3s config (-want +got):\n%s", diff)
-	}
-}
-
-func TestExternalDatastoreKeepsCredentialsOutOfTheConfig(t *testing.T) {
-	c := sampleCluster()
-	c.Spec.Datastore = v1beta1.DatastoreConfig{Type: v1beta1.ExternalDatastore, External: &v1beta1.ExternalDatastoreConfig{
-		Endpoint: "postgres://db:5432/k3s", SecretRef: &corev1.LocalObjectReference{Name: "db-creds"},
-	}}
-	s, err := Resolve(c, testConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ServerConfig(c, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []string{"datastore-endpoint", "postgres://"} {
-		if strings.Contains(string(cfg), bad) {
-			t.Fatalf("config names %q although the endpoint comes from a Secret:\n%s", bad, cfg)
-		}
-	}
-	sts := DesiredStatefulSet(c, s, testConfig, 1, ConfigHash(cfg))
-	if n := len(sts.Spec.Template.Spec.InitContainers); n != 0 {
-		t.Fatalf("an external datastore needs no sidecar, got %d init containers", n)
-	}
-	env := sts.Spec.Template.Spec.Containers[0].Env
-	if len(env) != 1 || env[0].Name != "K3S_DATASTORE_ENDPOINT" || env[0].ValueFrom.SecretKeyRef.Name != "db-creds" {
-		t.Fatalf("endpoint not taken from the Secret: %+v", env)
 	}
 }
 
@@ -197,7 +170,7 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 		"datastore": {{Name: "data", MountPath: "/var/lib/k3k/datastore", SubPath: "datastore"}},
 		"k3s": {
 			{Name: "data", MountPath: "/var/lib/rancher/k3s", SubPath: "k3s"},
-			{Name: "config", MountPath: "/etc/rancher/k3s", ReadOnly: true},
+			{Name: "config", MountPath: "/etc/k3k/config", ReadOnly: true},
 			{Name: "kubeconfig", MountPath: "/var/lib/k3k/kubeconfig"},
 			{Name: "token", MountPath: "/etc/k3k/token", ReadOnly: true},
 			{Name: "tmp", MountPath: "/tmp"},

@@ -41,7 +41,7 @@ const (
 	KubeconfigPath     = KubeconfigDir + "/kubeconfig.yaml"
 	TokenDir           = "/etc/k3k/token"
 	TokenPath          = TokenDir + "/token"
-	ConfigDir          = "/etc/rancher/k3s"
+	ConfigDir          = "/etc/k3k/config" // not /etc/rancher/k3s: k3s links k3s.yaml there, so it must stay writable
 	ConfigPath         = ConfigDir + "/config.yaml"
 	DatastoreSecretDir = "/etc/k3k/datastore"
 	ServerTokenPath    = K3sDataDir + "/server/token"

@@ -32,7 +32,6 @@ const (
 	ReasonTokenAwaitingRestore = "TokenAwaitingRestore"
 	ReasonDatastoreServing     = "DatastoreServing"
 	ReasonDatastoreStarting    = "DatastoreStarting"
-	ReasonDatastoreExternal    = "ExternalDatastore"
 	ReasonServersReady         = "ServersReady"
 	ReasonServersStarting      = "ServersStarting"
 	ReasonWaiting              = "Waiting"
@@ -66,6 +65,8 @@ type observation struct {
 	// agentWanted is false when the controller deploys no agent (no image).
 	agent       *appsv1.Deployment
 	agentWanted bool
+	// external is what was observed of the external datastore's Secret.
+	external externalState
 }
 
 // computeStatus derives the Cluster's status from what was observed. It starts
@@ -156,7 +157,7 @@ type condResult struct {
 func datastoreCondition(o observation) condResult {
 	switch o.settings.Datastore {
 	case v1beta1.ExternalDatastore:
-		return condResult{true, ReasonDatastoreExternal, "the datastore is run by the user; k3s reports whether it can reach it"}
+		return externalDatastoreCondition(o)
 	case v1beta1.EtcdDatastore:
 		return etcdDatastoreCondition(o)
 	}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -64,10 +63,14 @@ func TestAdmissionRejectsInvalidSpecs(t *testing.T) {
 		{"a node port outside the node port range is refused", func(c *v1beta1.Cluster) {
 			c.Spec.Expose = &v1beta1.ExposeConfig{NodePort: &v1beta1.NodePortConfig{ServerPort: ptr.To[int32](8443)}}
 		}, "spec.expose.nodePort.serverPort in body should be greater than or equal to 30000"},
-		{"serverArgs may not move the datastore", func(c *v1beta1.Cluster) {
-			c.Spec.ServerArgs = []string{"--datastore-endpoint=postgres://elsewhere"}
-		}, "serverArgs: --datastore-endpoint, --token"},
-		{"serverArgs may not replace the token", func(c *v1beta1.Cluster) { c.Spec.ServerArgs = []string{"--token", "x"} }, "are managed by k3k and cannot be set"},
+		{"an external endpoint that is a SQLite file in the pod is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.ExternalDatastore
+			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "sqlite:///var/lib/rancher/k3s/server/db/state.db"}
+		}, "datastore.external.endpoint must be a postgres://"},
+		{"an external endpoint without a scheme is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.ExternalDatastore
+			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "db.example:5432"}
+		}, "k3s would keep the cluster in a SQLite file inside the server pod"},
 		{"an unknown volume retention is refused", func(c *v1beta1.Cluster) { c.Spec.Persistence.WhenDeleted = "Keep" }, `spec.persistence.whenDeleted: Unsupported value: "Keep"`},
 		{"a token Secret reference needs a name", func(c *v1beta1.Cluster) { c.Spec.TokenSecretRef = &v1beta1.TokenSecretReference{} }, "spec.tokenSecretRef.name in body should be at least 1 chars long"},
 		{"a name too long for the derived names is refused", func(c *v1beta1.Cluster) { c.Name = strings.Repeat("n", 42) }, "metadata.name may be at most 41 characters"},
@@ -139,7 +142,7 @@ func TestAdmissionAcceptsGrowthAndDefaults(t *testing.T) {
 		t.Fatalf("defaults not applied: mode=%q servers=%d size=%q whenDeleted=%q", c.Spec.Mode, c.Spec.Servers, c.Spec.Persistence.StorageRequestSize, c.Spec.Persistence.WhenDeleted)
 	}
 	c.Spec.Persistence.StorageRequestSize = "3Gi"
-	c.Spec.ServerEnvs = []corev1.EnvVar{{Name: "K3S_DEBUG", Value: "true"}}
+	c.Spec.ServerEnvs = []v1beta1.ServerEnvVar{{Name: "GOMAXPROCS", Value: "2"}}
 	if err := k8s.Update(ctx, c); err != nil {
 		t.Fatalf("growing the storage request: %v", err)
 	}
