@@ -451,7 +451,6 @@ func datastoreSidecar(cfg Config) corev1.Container {
 // serverContainer runs `k3s server`.
 func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Container {
 	tcpProbe := func(period, failures int32) *corev1.Probe {
-		// k3s turns anonymous auth off, so an HTTP probe of /readyz would get 401.
 		return &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(APIPort)}},
 			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: 2,
@@ -464,8 +463,8 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 		Command:         ServerArgs(c),
 		Env:             append([]corev1.EnvVar(nil), c.Spec.ServerEnvs...),
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort, Protocol: corev1.ProtocolTCP}},
-		StartupProbe:    tcpProbe(2, 300),
-		ReadinessProbe:  tcpProbe(5, 3),
+		StartupProbe:    tcpProbe(1, 600),
+		ReadinessProbe:  serverReadinessProbe(),
 		LivenessProbe:   tcpProbe(10, 6),
 		VolumeMounts: []corev1.VolumeMount{
 			mount(DataVolume, K3sDataDir, false, "k3s"),
@@ -487,6 +486,20 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 		ctr.VolumeMounts = append(ctr.VolumeMounts, mount(DatastoreSecretVolume, DatastoreSecretDir, true, ""))
 	}
 	return ctr
+}
+
+// serverReadinessProbe makes the server pod Ready, and so an endpoint of the
+// API Service, only while its API answers /readyz. k3s opens port 6443 and
+// writes its kubeconfig seconds before its API serves, so a TCP probe would
+// route clients to a server that refuses them; and k3s turns anonymous auth
+// off, so the kubelet cannot ask /readyz itself (401). The publisher asks it
+// with the admin kubeconfig k3s wrote and answers on its health port. Startup
+// and liveness stay on the cheap TCP check: a slow API makes the pod unready,
+// it never gets the container restarted.
+func serverReadinessProbe() *corev1.Probe {
+	p := httpProbe("/readyz", PublisherHealthPort, 1, 3)
+	p.TimeoutSeconds = 4 // the publisher's own request to /readyz times out after 3s
+	return p
 }
 
 // publisherContainer copies the kubeconfig k3s writes into the kubeconfig
