@@ -362,6 +362,12 @@ func DesiredRoleBinding(c *v1beta1.Cluster) *rbacv1.RoleBinding {
 	}
 }
 
+// DatastorePodDir is the sqlite sidecar's directory that lives as long as the
+// pod (a subPath of the tmp emptyDir): a marker there tells the sidecar's first
+// start in a pod, when no k3s can hold k3s's bootstrap lock and a lock left by
+// a server that died is removed, from a restart beside a running k3s.
+const DatastorePodDir = "/run/k3k-datastore"
+
 // DatastoreArgs is the sidecar's command line for the sqlite datastore.
 func DatastoreArgs() []string {
 	return []string{
@@ -370,6 +376,7 @@ func DatastoreArgs() []string {
 		"--listen-address=127.0.0.1:" + strconv.Itoa(DatastoreClientPort),
 		"--health-address=:" + strconv.Itoa(DatastoreHealthPort),
 		"--metrics-address=:" + strconv.Itoa(DatastoreMetricsPort),
+		"--pod-dir=" + DatastorePodDir,
 	}
 }
 
@@ -437,10 +444,13 @@ func datastoreSidecar(cfg Config) corev1.Container {
 			{Name: "ds-health", ContainerPort: DatastoreHealthPort, Protocol: corev1.ProtocolTCP},
 			{Name: "ds-metrics", ContainerPort: DatastoreMetricsPort, Protocol: corev1.ProtocolTCP},
 		},
-		StartupProbe:    httpProbe("/readyz", DatastoreHealthPort, 1, 300),
-		ReadinessProbe:  httpProbe("/readyz", DatastoreHealthPort, 5, 3),
-		LivenessProbe:   httpProbe("/healthz", DatastoreHealthPort, 10, 6),
-		VolumeMounts:    []corev1.VolumeMount{mount(DataVolume, DatastoreDataDir, false, "datastore")},
+		StartupProbe:   httpProbe("/readyz", DatastoreHealthPort, 1, 300),
+		ReadinessProbe: httpProbe("/readyz", DatastoreHealthPort, 5, 3),
+		LivenessProbe:  httpProbe("/healthz", DatastoreHealthPort, 10, 6),
+		VolumeMounts: []corev1.VolumeMount{
+			mount(DataVolume, DatastoreDataDir, false, "datastore"),
+			mount(TmpVolume, DatastorePodDir, false, "datastore"),
+		},
 		SecurityContext: restrictedContext(true),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
