@@ -179,7 +179,17 @@ type k3sConfig struct {
 	ClusterDNS          string   `json:"cluster-dns,omitempty"`
 	Disable             []string `json:"disable"`
 	EgressSelectorMode  string   `json:"egress-selector-mode"`
+	KubeAPIServerArg    []string `json:"kube-apiserver-arg,omitempty"`
 }
+
+// apiServerArgs are the kube-apiserver flags every server gets.
+// enable-aggregator-routing makes the apiserver call admission webhooks and
+// aggregated APIs (APIServices) that name a Service on one of the Service's
+// endpoint addresses instead of its ClusterIP: a virtual ClusterIP exists only
+// inside the virtual cluster, while the endpoints are the host pods the agent
+// runs, which the server pod reaches directly (egress-selector-mode disabled:
+// no agent tunnel, the apiserver dials from its own pod).
+var apiServerArgs = []string{"enable-aggregator-routing=true"}
 
 // ServerConfig renders the k3s configuration file for c's servers. User
 // serverArgs are not here: they go on the command line, after it, so they win.
@@ -197,6 +207,7 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 		ClusterDNS:          c.Spec.ClusterDNS,
 		Disable:             []string{"servicelb", "traefik", "metrics-server", "local-storage"},
 		EgressSelectorMode:  "disabled",
+		KubeAPIServerArg:    apiServerArgs,
 	}
 	switch s.Datastore {
 	case v1beta1.SQLiteDatastore:

@@ -97,6 +97,8 @@ disable:
 disable-agent: true
 egress-selector-mode: disabled
 https-listen-port: 6443
+kube-apiserver-arg:
+- enable-aggregator-routing=true
 service-cidr: 10.43.0.0/16
 tls-san:
 - k3k-demo-service
