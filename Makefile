@@ -7,6 +7,8 @@
 #   controller-gen    v0.20.0  (hack/tools/controller-gen)
 #   helm              v3.22.0  (hack/tools/helm)     — chart tests
 #   staticcheck       v0.8.2   (hack/tools/staticcheck)
+#   actionlint        v1.7.12  (hack/tools/actionlint)  — .github/workflows in make verify
+#   k3s               v1.34.3+k3s1 (../shared/k3s/k3s-4035a25a.tar.gz, hack/k3s.sh) — the e2e server
 #   Libraries: controller-runtime v0.25.2, client-go v0.37.0, kine v0.17.5,
 #   etcd server/client v3.7.3 (go.mod).
 
@@ -23,6 +25,7 @@ export KUBEBUILDER_ASSETS := $(TOOLS_DIR)
 
 CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen
 STATICCHECK    := $(TOOLS_DIR)/staticcheck
+ACTIONLINT     := $(TOOLS_DIR)/actionlint
 # Packages whose tests run in `make test`; e2e/ has its own target.
 TEST_PKGS ?= ./...
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
@@ -47,8 +50,9 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds
 	$(GO) run ./hack/agentguard
 
 .PHONY: verify
-verify: generate ## Fail when generated files, go.mod or formatting are stale.
+verify: generate $(ACTIONLINT) ## Fail when generated files, go.mod, formatting or the CI workflows are stale.
 	$(GO) mod tidy
+	$(ACTIONLINT) -shellcheck= -pyflakes= .github/workflows/*.yaml
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@if ! git diff --quiet -- api charts go.mod go.sum || [ -n "$$(git status --porcelain --untracked-files=all -- api charts)" ]; then \
 		echo "generated files or go.mod are stale; run 'make generate' and 'go mod tidy' and commit:"; \
@@ -66,7 +70,7 @@ lint: $(STATICCHECK) ## go vet and staticcheck (the datastore packages also as b
 tools: ## Build kube-apiserver, etcd, helm and the generators from source (cached in TOOLS_DIR).
 	hack/build-tools.sh $(TOOLS_DIR) kube-apiserver etcd controller-gen helm
 
-$(CONTROLLER_GEN) $(STATICCHECK): hack/build-tools.sh
+$(CONTROLLER_GEN) $(STATICCHECK) $(ACTIONLINT): hack/build-tools.sh
 	hack/build-tools.sh $(TOOLS_DIR) $(notdir $@)
 
 ##@ Tests

@@ -6,7 +6,7 @@
 #
 # usage: hack/build-tools.sh DEST COMMAND...
 #   COMMAND is one of kube-apiserver etcd kube-controller-manager kube-scheduler
-#   kubelet kube-proxy kubectl controller-gen staticcheck
+#   kubelet kube-proxy kubectl controller-gen staticcheck actionlint
 set -euo pipefail
 
 dest=$1; shift
@@ -21,6 +21,7 @@ for cmd in "$@"; do
     etcd) moddir=$root/hack/tools/etcd; pkg=. ;;
     controller-gen) moddir=$root/hack/tools/controller-gen; pkg=sigs.k8s.io/controller-tools/cmd/controller-gen ;;
     staticcheck) moddir=$root/hack/tools/staticcheck; pkg=honnef.co/go/tools/cmd/staticcheck ;;
+    actionlint) moddir=$root/hack/tools/actionlint; pkg=github.com/rhysd/actionlint/cmd/actionlint ;;
     helm) moddir=$root/hack/tools/helm; pkg=helm.sh/helm/v3/cmd/helm ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl)
       moddir=$root/hack/tools/kube; pkg=k8s.io/kubernetes/cmd/$cmd ;;

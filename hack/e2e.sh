@@ -12,10 +12,10 @@
 #                    hack/hostcluster (root, Linux); `existing` uses $KUBECONFIG as it
 #                    is and leaves it running (the images must already be loaded, e.g.
 #                    `kind load image-archive`)
-#        E2E_SERVER_IMAGE=REPO:TAG the k3s server image; default the test-only stand-in
-#                    from _output/images (k3k-io/k3s-standin:dev). Set, e.g.
-#                    rancher/k3s:v1.34.2-k3s1, the deployed images' pull policy
-#                    becomes IfNotPresent so it can be pulled
+#        E2E_SERVER_IMAGE=REPO:TAG the k3s server image; default the real k3s built
+#                    from source into _output/images (k3k-io/k3s:v1.34.3-k3s1, see
+#                    hack/k3s.sh). Set, e.g. rancher/k3s:v1.34.3-k3s1, the deployed
+#                    images' pull policy becomes IfNotPresent so it can be pulled
 #        E2E_SKIP_IMAGES=1 reuse the tarballs in _output/images
 #        E2E_KEEP=1  leave the host cluster up after `test` (for debugging)
 #        E2E_DUMP_LINES=150 log lines per container in the dump a failed `test` prints

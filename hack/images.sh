@@ -58,7 +58,7 @@ product() {
 k3s() {
   local src=${K3S_SOURCE:-$ROOT/../shared/k3s/k3s-4035a25a.tar.gz}
   "$ROOT/hack/k3s.sh" image "$src" "$OUT/k3s.tar"
-  K3S_IMAGE_TAG=$(tar -xOf "$OUT/k3s.tar" manifest.json | sed -n 's/.*"RepoTags":\["[^:]*:\([^"]*\)".*/\1/p')
+  K3S_IMAGE_TAG=$(k3s_tag)
   [ -n "$K3S_IMAGE_TAG" ] || { echo "images: cannot read the tag of $OUT/k3s.tar" >&2; exit 1; }
 }
 
@@ -93,7 +93,11 @@ cat >"$OUT/values.yaml" <<EOF
 image: {repository: $REPO/k3k-controller, tag: "$TAG", pullPolicy: Never}
 datastore: {image: {repository: $REPO/k3k-datastore, tag: "$TAG", pullPolicy: Never}}
 sharedAgent: {image: {repository: $REPO/k3k-kubelet, tag: "$TAG", pullPolicy: Never}}
-k3sServer: {image: {repository: $REPO/k3s, tag: "${K3S_IMAGE_TAG:-$(k3s_tag)}", pullPolicy: Never}}
 EOF
+# The server image only where it was built (else the chart's default stays).
+K3S_IMAGE_TAG=${K3S_IMAGE_TAG:-$(k3s_tag || true)}
+if [ -n "$K3S_IMAGE_TAG" ]; then
+  echo "k3sServer: {image: {repository: $REPO/k3s, tag: \"$K3S_IMAGE_TAG\", pullPolicy: Never}}" >>"$OUT/values.yaml"
+fi
 [ ${#skipped[@]} -eq 0 ] || say "not built (package missing): ${skipped[*]}"
 say "done: $(cd "$OUT" && ls -- *.tar 2>/dev/null | tr '\n' ' ')values.yaml in $OUT"
