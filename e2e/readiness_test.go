@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -34,10 +35,15 @@ func freshClient(t *testing.T, path string) kubernetes.Interface {
 	rc.Timeout = 20 * time.Second
 	rc.Dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
 	rc.QPS, rc.Burst = 1000, 1000
+	// HTTP/1.1 without keep-alive: HTTP/2 would multiplex every request over
+	// one connection.
+	rc.NextProtos = []string{"http/1.1"}
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		if tr, ok := rt.(*http.Transport); ok {
 			tr = tr.Clone()
 			tr.DisableKeepAlives = true
+			tr.ForceAttemptHTTP2 = false
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 			return tr
 		}
 		t.Fatalf("client-go gave a %T, not an *http.Transport; cannot turn keep-alive off", rt)
