@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // Real k3s opens its port and writes its kubeconfig seconds before its API
@@ -33,22 +33,22 @@ func freshClient(t *testing.T, path string) kubernetes.Interface {
 	t.Helper()
 	rc := restConfig(t, path)
 	rc.Timeout = 20 * time.Second
-	rc.Dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
 	rc.QPS, rc.Burst = 1000, 1000
-	// HTTP/1.1 without keep-alive: HTTP/2 would multiplex every request over
-	// one connection.
-	rc.NextProtos = []string{"http/1.1"}
-	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		if tr, ok := rt.(*http.Transport); ok {
-			tr = tr.Clone()
-			tr.DisableKeepAlives = true
-			tr.ForceAttemptHTTP2 = false
-			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-			return tr
-		}
-		t.Fatalf("client-go gave a %T, not an *http.Transport; cannot turn keep-alive off", rt)
-		return rt
+	// Our own transport: HTTP/1.1 (no ForceAttemptHTTP2 with a custom TLS
+	// config) without keep-alive, where HTTP/2 would multiplex every request
+	// over one connection. The kubeconfig's credentials are client
+	// certificates, which the TLS config carries.
+	tlsConfig, err := rest.TLSConfigFor(rc)
+	if err != nil {
+		t.Fatalf("TLS config of %s: %v", path, err)
 	}
+	rc.Transport = &http.Transport{
+		TLSClientConfig:     tlsConfig,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		DisableKeepAlives:   true,
+	}
+	rc.TLSClientConfig = rest.TLSClientConfig{}
 	return kubernetes.NewForConfigOrDie(rc)
 }
 
