@@ -6,7 +6,7 @@
 # `kind load image-archive`).
 #
 # usage: hack/images.sh [NAME...]     NAME is one of controller datastore kubelet k3s
-#                                      (default: all of them)
+#                                      e2e-webhook (default: all of them)
 # env:   IMAGE_TAG (default dev), IMAGES_DIR (default _output/images),
 #        K3K_TOOLS_DIR (upstream binaries; default ~/.cache/k3k/tools)
 #        K3S_SOURCE (the k3s source tarball; default ../shared/k3s/k3s-4035a25a.tar.gz)
@@ -70,7 +70,7 @@ k3s_tag() {
 skipped=()
 K3S_IMAGE_TAG=
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(controller datastore kubelet k3s)
+[ ${#names[@]} -gt 0 ] || names=(controller datastore kubelet k3s e2e-webhook)
 for name in "${names[@]}"; do
   case "$name" in
     controller) product k3k-controller cmd/controller k3k-controller ;;
@@ -80,7 +80,10 @@ for name in "${names[@]}"; do
     # The agent Deployment runs /usr/local/bin/kubelet (cluster.AgentBinary).
     kubelet) product k3k-kubelet cmd/kubelet k3k-kubelet /usr/local/bin/kubelet ;;
     k3s) k3s ;;
-    *) echo "images: unknown image $name (controller datastore kubelet k3s)" >&2; exit 2 ;;
+    # The suite's webhook and aggregated API server (e2e/webhook_test.go); a test
+    # program, not part of the product or the chart's values.
+    e2e-webhook) product k3k-e2e-webhook e2e/webhookserver k3k-e2e-webhook ;;
+    *) echo "images: unknown image $name (controller datastore kubelet k3s e2e-webhook)" >&2; exit 2 ;;
   esac
 done
 

@@ -67,7 +67,13 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 // startProc runs `datastore sqlite` on dir and waits until /readyz says ok.
 func startProc(t *testing.T, dir string) *proc {
 	t.Helper()
-	p := launch(t, dir, freeAddr(t), freeAddr(t))
+	return startProcWith(t, dir)
+}
+
+// startProcWith is startProc with extra flags.
+func startProcWith(t *testing.T, dir string, extra ...string) *proc {
+	t.Helper()
+	p := launch(t, dir, freeAddr(t), freeAddr(t), extra...)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {

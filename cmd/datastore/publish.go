@@ -53,7 +53,12 @@ own token file when the Secret has lost its value.
 The publisher only gets and updates the two Secrets, which the controller creates;
 it never creates one. It talks to the host cluster with the pod's ServiceAccount,
 or with --kubeconfig when run outside a pod. /healthz on --health-address answers
-200 while the publish loop runs.`,
+200 while the publish loop runs.
+
+Nothing is published before the API server that k3s's kubeconfig names answers
+/readyz ok through that kubeconfig's credentials. /readyz on --health-address
+asks the same question on every request (200 "ok", else 503 with the reason): it
+is the k3s container's readiness probe, since k3s refuses anonymous requests.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runPublish(cmd.Context(), o, cmd.ErrOrStderr())
@@ -67,7 +72,7 @@ or with --kubeconfig when run outside a pod. /healthz on --health-address answer
 	f.StringVar(&o.secretName, "secret-name", "", "Secret to publish the kubeconfig in (required)")
 	f.StringVar(&o.tokenPath, "token-path", "", "the server's token file (<data-dir>/server/token); empty disables token restoring")
 	f.StringVar(&o.tokenSecretName, "token-secret-name", "", "Secret holding the cluster token, restored from --token-path when empty")
-	f.StringVar(&o.healthAddress, "health-address", ":2383", "host:port for /healthz")
+	f.StringVar(&o.healthAddress, "health-address", ":2383", "host:port for /healthz (the publisher's liveness) and /readyz (the server API's readiness)")
 	f.StringVar(&o.clientConfig, "kubeconfig", "", "kubeconfig for the host cluster; default: the pod's ServiceAccount")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often to check the Secrets without a change on disk")
 	f.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"),
@@ -114,6 +119,7 @@ func runPublish(ctx context.Context, o publishOptions, stderr io.Writer) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", p.HealthHandler())
+	mux.Handle("GET /readyz", p.ReadyHandler())
 	health := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := health.Serve(healthLn); err != nil && !errors.Is(err, http.ErrServerClosed) {

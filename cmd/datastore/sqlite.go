@@ -32,6 +32,7 @@ type sqliteOptions struct {
 	healthAddress  string
 	metricsAddress string
 	sync           string
+	podDir         string
 }
 
 func newSQLiteCommand() *cobra.Command {
@@ -40,6 +41,10 @@ func newSQLiteCommand() *cobra.Command {
 		Use:   "sqlite --data-dir DIR",
 		Short: "Serve a SQLite database through kine",
 		Long: `Serve a SQLite database in DIR over the etcd v3 API through kine.
+
+With --pod-dir, the first start in a pod (before any k3s of the pod can run)
+removes the empty k3s bootstrap lock a server that died during its very first
+start left behind, which would otherwise hold up the next start ~25s.
 
 The health address serves /healthz (process up), /readyz (serving and writable)
 and /status (sizes and revisions as JSON); the metrics address serves /metrics.
@@ -56,6 +61,7 @@ the kernel (logged at start), so several instances never collide.`,
 	f.StringVar(&o.healthAddress, "health-address", "", "host:port for /healthz, /readyz and /status (default: listen host, free port)")
 	f.StringVar(&o.metricsAddress, "metrics-address", "", "host:port for /metrics (default: listen host, free port)")
 	f.StringVar(&o.sync, "sync", string(sqlite.SyncGroup), `how writes are made durable before they are acknowledged: "group" (shared fsyncs) or "commit" (SQLite fsyncs every commit)`)
+	f.StringVar(&o.podDir, "pod-dir", "", "a directory that lives as long as the pod (an emptyDir); on the first start in a pod, k3s bootstrap locks left empty by a server that died are removed (single-server pods only); empty: never")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }
@@ -97,6 +103,10 @@ func runSQLite(ctx context.Context, o sqliteOptions, stderr io.Writer) error {
 		return err
 	}
 	reg.MustRegister(datastore.NewCollector(srv))
+	if o.podDir != "" {
+		// Before /readyz answers, so before this pod's k3s may start.
+		clearStaleLocks(ctx, log, o.podDir, srv.Endpoint())
+	}
 
 	health := &http.Server{Handler: datastore.HealthHandler(srv), ReadHeaderTimeout: 10 * time.Second}
 	metrics := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
@@ -121,6 +131,28 @@ func runSQLite(ctx context.Context, o sqliteOptions, stderr io.Writer) error {
 	_ = health.Shutdown(shutdownCtx)
 	_ = metrics.Shutdown(shutdownCtx)
 	return errors.Join(runErr, closeErr)
+}
+
+// clearStaleLocks removes stale k3s bootstrap locks on the sidecar's first
+// start in the pod (see bootstraplock.go). A failure is logged, not fatal:
+// k3s removes a stale lock by itself, only later.
+func clearStaleLocks(ctx context.Context, log logr.Logger, podDir, endpoint string) {
+	first, err := firstStartInPod(podDir)
+	if err != nil {
+		log.Error(err, "not clearing stale k3s bootstrap locks")
+		return
+	}
+	if !first {
+		log.Info("restarted within the pod, whose k3s may hold the bootstrap lock; leaving it alone")
+		return
+	}
+	cleared, err := clearStaleBootstrapLocks(ctx, endpoint)
+	if err != nil {
+		log.Error(err, "clearing stale k3s bootstrap locks; k3s will time them out itself")
+	}
+	if len(cleared) > 0 {
+		log.Info("removed the k3s bootstrap lock a server that died during its first start left behind", "keys", cleared)
+	}
 }
 
 func metricsMux(reg *prometheus.Registry) http.Handler {

@@ -40,6 +40,9 @@ type access struct {
 	// note says what the user must know about that address, e.g. that it only
 	// works inside the host cluster; empty when there is nothing to add.
 	note string
+	// inClusterOnly is true when server is the Service's cluster-internal name,
+	// which k3kcli cannot expect to reach from where it runs.
+	inClusterOnly bool
 }
 
 type kubeconfigFlags struct {
@@ -150,7 +153,7 @@ func resolveAccess(ctx context.Context, s *session, c *v1beta1.Cluster) (access,
 	if endpoint == "" {
 		endpoint = cluster.Endpoint(c)
 	}
-	return access{server: endpoint, note: fmt.Sprintf(
+	return access{server: endpoint, inClusterOnly: true, note: fmt.Sprintf(
 		"the cluster is not exposed, so %s works only inside the host cluster; from here run kubectl -n %s port-forward svc/%s 6443:443 and k3kcli kubeconfig get %s -n %s --server https://127.0.0.1:6443",
 		endpoint, c.Namespace, cluster.NamesFor(c).Service, c.Name, c.Namespace)}, nil
 }

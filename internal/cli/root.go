@@ -26,11 +26,16 @@ type Options struct {
 	// Heartbeat is how long a wait stays silent while nothing changes before it
 	// says that it is still waiting.
 	Heartbeat time.Duration
+	// ReachWait is how long a wait keeps trying an exposed cluster's address
+	// when nothing answers there at all, once the cluster is Ready: long enough
+	// for the Service's endpoints to reach the nodes, short enough that an
+	// address this machine cannot reach does not hold the user until --timeout.
+	ReachWait time.Duration
 }
 
 // Defaults are the Options of the real command.
 func Defaults() Options {
-	return Options{Out: os.Stdout, Err: os.Stderr, Now: time.Now, PollInterval: 2 * time.Second, Heartbeat: 30 * time.Second}
+	return Options{Out: os.Stdout, Err: os.Stderr, Now: time.Now, PollInterval: 2 * time.Second, Heartbeat: 30 * time.Second, ReachWait: 30 * time.Second}
 }
 
 // globalFlags are the host-cluster connection flags every command shares.

@@ -85,7 +85,7 @@ type result struct {
 
 // cliOptions are fast Options writing to buffers; now is the clock.
 func cliOptions(out, errOut io.Writer, now func() time.Time) Options {
-	return Options{Out: out, Err: errOut, Now: now, PollInterval: 50 * time.Millisecond, Heartbeat: time.Hour}
+	return Options{Out: out, Err: errOut, Now: now, PollInterval: 50 * time.Millisecond, Heartbeat: time.Hour, ReachWait: 200 * time.Millisecond}
 }
 
 // k3kcli runs the CLI against the test API server with the given arguments.

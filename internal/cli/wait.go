@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -32,6 +37,7 @@ func waitReady(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, t
 	key := client.ObjectKeyFromObject(c)
 	var last string
 	lastPrinted := start
+	reach := &reachability{}
 	for {
 		cur := &v1beta1.Cluster{}
 		if err := s.client.Get(ctx, key, cur); err != nil {
@@ -56,6 +62,9 @@ func waitReady(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, t
 		case v1beta1.PhaseReady:
 			rc, err := fetchKubeconfig(ctx, s, cur, "")
 			if err == nil {
+				err = reach.check(ctx, o, rc)
+			}
+			if err == nil {
 				return rc, nil
 			}
 			if !errors.Is(err, errNotYet) {
@@ -66,12 +75,90 @@ func waitReady(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, t
 				last, lastPrinted = state, now
 			}
 		}
+		interval := o.PollInterval
+		if reach.tried {
+			// The cluster is Ready and only its address lags: look again soon.
+			interval = min(interval, 250*time.Millisecond)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, timeoutErr(c, timeout, last)
-		case <-time.After(o.PollInterval):
+		case <-time.After(interval):
 		}
 	}
+}
+
+// reachability checks, once a cluster is Ready, that its API answers /readyz
+// through the very kubeconfig k3kcli is about to hand the user. The server pods
+// are Ready only when their API serves, but the Service's endpoints, the nodes'
+// forwarding rules or an ingress follow a moment later; a kubeconfig returned
+// in between would fail the user's first request.
+type reachability struct {
+	tried bool
+	// silentSince is when the address last started answering nothing at all.
+	silentSince time.Time
+}
+
+// check returns nil when the API answers /readyz ok at rc's address, or when
+// that address is only reachable inside the host cluster, or when nothing at
+// all has answered there for o.ReachWait (then it warns and lets the user have
+// the kubeconfig: the cluster is ready, this machine just cannot reach it). It
+// returns a notYet error while the address answers "not ready", or while it has
+// been silent for less than o.ReachWait.
+func (r *reachability) check(ctx context.Context, o Options, rc *readyCluster) error {
+	if rc.access.inClusterOnly {
+		return nil
+	}
+	r.tried = true
+	answered, err := apiReady(ctx, rc.kubeconfig)
+	switch {
+	case err == nil:
+		return nil
+	case answered:
+		r.silentSince = time.Time{}
+		return notYet(err.Error())
+	case r.silentSince.IsZero():
+		r.silentSince = o.Now()
+	case o.Now().Sub(r.silentSince) >= o.ReachWait:
+		fmt.Fprintf(o.Err, "warning: the cluster is ready, but nothing answers at %s from here (%v); check that this machine can reach it\n", rc.access.server, err)
+		return nil
+	}
+	return notYet(err.Error())
+}
+
+// apiReady asks GET /readyz with the credentials of kubeconfig. answered is
+// true when the server sent an HTTP response, whatever it said. The error never
+// holds credentials.
+func apiReady(ctx context.Context, kubeconfig []byte) (answered bool, err error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return false, errors.New("the kubeconfig does not load")
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return false, errors.New("the kubeconfig's credentials do not load")
+	}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/readyz", nil)
+	if err != nil {
+		return false, fmt.Errorf("the API at %s: %w", cfg.Host, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var u *url.Error
+		if errors.As(err, &u) {
+			err = u.Err
+		}
+		return false, fmt.Errorf("the API at %s does not answer: %w", cfg.Host, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok" {
+		return true, nil
+	}
+	return true, fmt.Errorf("the API at %s is not ready yet (/readyz: %d)", cfg.Host, resp.StatusCode)
 }
 
 // progress is one line saying where the cluster is: its phase, then the type

@@ -16,6 +16,13 @@
 // when the canonical rewritten bytes differ from what the Secret holds, so an
 // unchanged file never causes a write.
 //
+// k3s writes the file, and opens its port, a few seconds before its API server
+// serves. The publisher therefore asks the API server's /readyz through the
+// file's own admin credentials before it publishes (state APINotReady until it
+// answers ok, retried every APIPoll), and ReadyHandler serves the same question
+// on its health port, which the k3s container's readiness probe uses: the pod
+// joins the Service only when its API answers.
+//
 // The token Secret is restored only when it is missing its value. It is never given
 // a new random value: the server's token file is the authority, because the server's
 // datastore is encrypted with that token and a new one would lock the cluster out

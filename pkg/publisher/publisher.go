@@ -71,6 +71,13 @@ type Config struct {
 	// HandOver is how long before the published client certificate expires
 	// another server's publisher replaces it with its own. Default 30 days.
 	HandOver time.Duration
+
+	// APITimeout bounds one /readyz request to the server's API. Default 3s.
+	APITimeout time.Duration
+	// APIPoll is how soon a Sync is retried after it found the API server not
+	// ready yet: k3s writes the kubeconfig 2-3s before its API serves, and
+	// nothing on disk changes when it starts serving. Default 1s.
+	APIPoll time.Duration
 }
 
 // AnnotationPublishedBy on the kubeconfig Secret names the publisher (server
@@ -89,6 +96,9 @@ const (
 	StateInvalid State = "Invalid"
 	// StatePublished: the Secret holds the file's current content.
 	StatePublished State = "Published"
+	// StateAPINotReady: the file is valid but the API server it names does not
+	// answer /readyz ok yet; nothing is published until it does.
+	StateAPINotReady State = "APINotReady"
 )
 
 // ErrSecretMissing means a Secret the publisher must update does not exist. The
@@ -124,6 +134,7 @@ type Status struct {
 // Publisher keeps the kubeconfig Secret equal to the validated, rewritten file.
 type Publisher struct {
 	cfg Config
+	api *apiChecker
 
 	mu     sync.Mutex
 	status Status
@@ -163,7 +174,13 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.HandOver <= 0 {
 		cfg.HandOver = 30 * 24 * time.Hour
 	}
-	return &Publisher{cfg: cfg}, nil
+	if cfg.APITimeout <= 0 {
+		cfg.APITimeout = 3 * time.Second
+	}
+	if cfg.APIPoll <= 0 {
+		cfg.APIPoll = time.Second
+	}
+	return &Publisher{cfg: cfg, api: &apiChecker{timeout: cfg.APITimeout}}, nil
 }
 
 // Status returns the latest state.
@@ -236,6 +253,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 			log.Info("kubeconfig is invalid; the Secret keeps its last valid content", "reason", res.Reason)
 		case res.State == StateWaiting:
 			log.Info("waiting for kubeconfig", "reason", res.Reason)
+		case res.State == StateAPINotReady:
+			log.Info("waiting for the API server to serve before publishing", "reason", res.Reason)
 		case res.State == StatePublished:
 			log.Info("kubeconfig already published", "secret", p.cfg.SecretName)
 		}
@@ -253,6 +272,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 			continue
 		}
 		failures, lastErr = 0, ""
+		if res.State == StateAPINotReady {
+			timer.Reset(p.cfg.APIPoll)
+			continue
+		}
 		timer.Reset(p.cfg.Resync)
 	}
 }
@@ -322,6 +345,11 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 	if by := secret.Annotations[AnnotationPublishedBy]; p.cfg.Identity != "" && by != "" && by != p.cfg.Identity &&
 		keepPublished(secret.Data[kubeconfig.SecretKey], want, p.cfg.Now(), p.cfg.HandOver) {
 		return Result{State: StatePublished, Reason: "published by " + by}, nil
+	}
+	// Publish only credentials for a server that serves: a client handed this
+	// kubeconfig must get answers, not refusals or 503s.
+	if err := p.api.check(ctx, data); err != nil {
+		return Result{State: StateAPINotReady, Reason: err.Error()}, nil
 	}
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}

@@ -183,7 +183,8 @@ type k3sConfig struct {
 	Disable             []string `json:"disable"`
 	EgressSelectorMode  string   `json:"egress-selector-mode"`
 	// DisableCloudController: see disabledComponents.
-	DisableCloudController bool `json:"disable-cloud-controller"`
+	DisableCloudController bool     `json:"disable-cloud-controller"`
+	KubeAPIServerArg       []string `json:"kube-apiserver-arg,omitempty"`
 }
 
 // disabledComponents are the packaged components k3s must not deploy in a
@@ -205,6 +206,15 @@ type k3sConfig struct {
 // rewrites the agent's addresses.
 var disabledComponents = []string{"servicelb", "traefik", "metrics-server", "local-storage", "coredns"}
 
+// apiServerArgs are the kube-apiserver flags every server gets.
+// enable-aggregator-routing makes the apiserver call admission webhooks and
+// aggregated APIs (APIServices) that name a Service on one of the Service's
+// endpoint addresses instead of its ClusterIP: a virtual ClusterIP exists only
+// inside the virtual cluster, while the endpoints are the host pods the agent
+// runs, which the server pod reaches directly (egress-selector-mode disabled:
+// no agent tunnel, the apiserver dials from its own pod).
+var apiServerArgs = []string{"enable-aggregator-routing=true"}
+
 // ServerConfig renders the k3s configuration file for c's servers. User
 // serverArgs are not here: they go on the command line, after it, so they win.
 func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
@@ -223,6 +233,7 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 		EgressSelectorMode:  "disabled",
 		// DisableCloudController: see disabledComponents.
 		DisableCloudController: true,
+		KubeAPIServerArg:       apiServerArgs,
 	}
 	switch s.Datastore {
 	case v1beta1.SQLiteDatastore:
@@ -380,6 +391,12 @@ func DesiredRoleBinding(c *v1beta1.Cluster) *rbacv1.RoleBinding {
 	}
 }
 
+// DatastorePodDir is the sqlite sidecar's directory that lives as long as the
+// pod (a subPath of the tmp emptyDir): a marker there tells the sidecar's first
+// start in a pod, when no k3s can hold k3s's bootstrap lock and a lock left by
+// a server that died is removed, from a restart beside a running k3s.
+const DatastorePodDir = "/run/k3k-datastore"
+
 // DatastoreArgs is the sidecar's command line for the sqlite datastore.
 func DatastoreArgs() []string {
 	return []string{
@@ -388,6 +405,7 @@ func DatastoreArgs() []string {
 		"--listen-address=127.0.0.1:" + strconv.Itoa(DatastoreClientPort),
 		"--health-address=:" + strconv.Itoa(DatastoreHealthPort),
 		"--metrics-address=:" + strconv.Itoa(DatastoreMetricsPort),
+		"--pod-dir=" + DatastorePodDir,
 	}
 }
 
@@ -455,10 +473,13 @@ func datastoreSidecar(cfg Config) corev1.Container {
 			{Name: "ds-health", ContainerPort: DatastoreHealthPort, Protocol: corev1.ProtocolTCP},
 			{Name: "ds-metrics", ContainerPort: DatastoreMetricsPort, Protocol: corev1.ProtocolTCP},
 		},
-		StartupProbe:    httpProbe("/readyz", DatastoreHealthPort, 1, 300),
-		ReadinessProbe:  httpProbe("/readyz", DatastoreHealthPort, 5, 3),
-		LivenessProbe:   httpProbe("/healthz", DatastoreHealthPort, 10, 6),
-		VolumeMounts:    []corev1.VolumeMount{mount(DataVolume, DatastoreDataDir, false, "datastore")},
+		StartupProbe:   httpProbe("/readyz", DatastoreHealthPort, 1, 300),
+		ReadinessProbe: httpProbe("/readyz", DatastoreHealthPort, 5, 3),
+		LivenessProbe:  httpProbe("/healthz", DatastoreHealthPort, 10, 6),
+		VolumeMounts: []corev1.VolumeMount{
+			mount(DataVolume, DatastoreDataDir, false, "datastore"),
+			mount(TmpVolume, DatastorePodDir, false, "datastore"),
+		},
 		SecurityContext: restrictedContext(true),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
@@ -469,7 +490,6 @@ func datastoreSidecar(cfg Config) corev1.Container {
 // serverContainer runs `k3s server`.
 func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Container {
 	tcpProbe := func(period, failures int32) *corev1.Probe {
-		// k3s turns anonymous auth off, so an HTTP probe of /readyz would get 401.
 		return &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(APIPort)}},
 			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: 2,
@@ -482,8 +502,8 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 		Command:         ServerArgs(c),
 		Env:             serverEnv(c),
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort, Protocol: corev1.ProtocolTCP}},
-		StartupProbe:    tcpProbe(2, 300),
-		ReadinessProbe:  tcpProbe(5, 3),
+		StartupProbe:    tcpProbe(1, 600),
+		ReadinessProbe:  serverReadinessProbe(),
 		LivenessProbe:   tcpProbe(10, 6),
 		VolumeMounts: []corev1.VolumeMount{
 			mount(DataVolume, K3sDataDir, false, "k3s"),
@@ -507,6 +527,20 @@ func serverEnv(c *v1beta1.Cluster) []corev1.EnvVar {
 		env = append(env, e.EnvVar())
 	}
 	return env
+}
+
+// serverReadinessProbe makes the server pod Ready, and so an endpoint of the
+// API Service, only while its API answers /readyz. k3s opens port 6443 and
+// writes its kubeconfig seconds before its API serves, so a TCP probe would
+// route clients to a server that refuses them; and k3s turns anonymous auth
+// off, so the kubelet cannot ask /readyz itself (401). The publisher asks it
+// with the admin kubeconfig k3s wrote and answers on its health port. Startup
+// and liveness stay on the cheap TCP check: a slow API makes the pod unready,
+// it never gets the container restarted.
+func serverReadinessProbe() *corev1.Probe {
+	p := httpProbe("/readyz", PublisherHealthPort, 1, 3)
+	p.TimeoutSeconds = 4 // the publisher's own request to /readyz times out after 3s
+	return p
 }
 
 // publisherContainer copies the kubeconfig k3s writes into the kubeconfig

@@ -98,6 +98,8 @@ disable-agent: true
 disable-cloud-controller: true
 egress-selector-mode: disabled
 https-listen-port: 6443
+kube-apiserver-arg:
+- enable-aggregator-routing=true
 service-cidr: 10.43.0.0/16
 tls-san:
 - k3k-demo-service
@@ -167,7 +169,10 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 	pod := sts.Spec.Template.Spec
 
 	wantMounts := map[string][]corev1.VolumeMount{
-		"datastore": {{Name: "data", MountPath: "/var/lib/k3k/datastore", SubPath: "datastore"}},
+		"datastore": {
+			{Name: "data", MountPath: "/var/lib/k3k/datastore", SubPath: "datastore"},
+			{Name: "tmp", MountPath: "/run/k3k-datastore", SubPath: "datastore"},
+		},
 		"k3s": {
 			{Name: "data", MountPath: "/var/lib/rancher/k3s", SubPath: "k3s"},
 			{Name: "config", MountPath: "/etc/k3k/config", ReadOnly: true},
@@ -205,6 +210,7 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 	if diff := cmp.Diff([]string{
 		"/usr/local/bin/datastore", "sqlite", "--data-dir=/var/lib/k3k/datastore",
 		"--listen-address=127.0.0.1:2379", "--health-address=:2381", "--metrics-address=:2382",
+		"--pod-dir=/run/k3k-datastore",
 	}, pod.InitContainers[0].Command); diff != "" {
 		t.Errorf("datastore command (-want +got):\n%s", diff)
 	}
