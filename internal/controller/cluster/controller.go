@@ -79,12 +79,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	var result ctrl.Result
-	if o.settingsErr == nil {
-		for _, s := range []step{
-			r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
-			r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
-			r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
-		} {
+	steps := []step{
+		r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
+		r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
+		r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
+	}
+	if o.settingsErr != nil && o.settings.Datastore == v1beta1.EtcdDatastore {
+		// An invalid spec changes nothing, but the server pods' etcd
+		// finalizers must still be let go, or deleted pods hang.
+		o.etcd.hold = true
+		steps = []step{r.reconcileEtcdPKI, r.reconcileEtcdMembers}
+	}
+	if o.settingsErr == nil || o.etcd.hold {
+		for _, s := range steps {
 			res, err := s(ctx, c, o)
 			if err != nil {
 				return ctrl.Result{}, err

@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -55,6 +56,9 @@ type etcdState struct {
 	actionErr     error
 	// held lists the server pods whose deletion waits, with the reason.
 	held []string
+	// hold: the spec is invalid; only the finalizers are kept (no membership
+	// step), with the running server pods as the desired members.
+	hold bool
 }
 
 // reconcileEtcdPKI keeps the etcd CA (created once, never overwritten) and the
@@ -180,13 +184,22 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing server pods: %w", err)
 	}
-	lost := map[string]bool{}
+	lost := map[string]uint64{}
 	for i := range pods.Items {
-		if reportsDataLost(&pods.Items[i]) {
-			lost[pods.Items[i].Name] = true
+		if id := lostMemberID(&pods.Items[i]); id != 0 {
+			lost[pods.Items[i].Name] = id
 		}
 	}
-	desired := EtcdDesired(c, o.settings.Servers, lost)
+	servers := o.settings.Servers
+	if o.etcd.hold {
+		sts := &appsv1.StatefulSet{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("getting the server StatefulSet: %w", err)
+		}
+		servers = ptr.Deref(sts.Spec.Replicas, 0)
+	}
+	desired := EtcdDesired(c, servers, lost)
 	// Pods above spec.servers (being scaled away) are asked too: with every
 	// desired member down they may be the only ones that answer. Observe asks
 	// each endpoint once.
@@ -219,6 +232,9 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 		}
 	}
 
+	if o.etcd.hold {
+		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
+	}
 	o.etcd.action = etcd.Plan(observed, desired)
 	if err := etcd.Execute(ctx, cl, o.etcd.action); err != nil {
 		// etcd said "not yet" or could not be reached for the step: report it
@@ -254,7 +270,7 @@ func (r *Reconciler) keepFinalizer(ctx context.Context, c *v1beta1.Cluster, pod 
 		return nil
 	}
 	peer := EtcdPeer(c, i)
-	peer.DataLost = reportsDataLost(pod)
+	peer.LostMemberID = lostMemberID(pod)
 	ok, reason := etcd.CanReleasePod(o, d, peer)
 	if !ok {
 		obs.etcd.held = append(obs.etcd.held, pod.Name+": "+reason)
@@ -303,21 +319,27 @@ func patchFinalizer(ctx context.Context, cl client.Client, pod *corev1.Pod, add 
 	return nil
 }
 
-// reportsDataLost reports whether the pod's etcd sidecar last stopped because
-// its data dir was lost (it writes etcd.DataLostMessage as its termination
-// message).
-func reportsDataLost(pod *corev1.Pod) bool {
+// lostMemberID is the member whose data the pod's etcd sidecar reports lost
+// (etcd.DataLostReport, its termination message), or 0. Only a sidecar that is
+// not running now reports anything: once it runs again the message left in its
+// last state is history, and must not get the member that replaced the lost
+// one removed the first time it misses a probe. The report names the member,
+// so that Plan acts on that member alone.
+func lostMemberID(pod *corev1.Pod) uint64 {
 	for _, s := range pod.Status.InitContainerStatuses {
-		if s.Name != "datastore" {
+		if s.Name != "datastore" || s.State.Running != nil {
 			continue
 		}
 		for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
-			if t != nil && strings.Contains(t.Message, etcd.DataLostMessage) {
-				return true
+			if t == nil {
+				continue
+			}
+			if id, ok := etcd.ParseDataLostReport(t.Message); ok {
+				return id
 			}
 		}
 	}
-	return false
+	return 0
 }
 
 // etcdReplicas is the StatefulSet's size for an etcd cluster.

@@ -20,7 +20,7 @@ const ConditionEtcdMembership = "EtcdMembership"
 // Reasons of the etcd parts of the status.
 const (
 	ReasonQuorumHealthy    = "QuorumHealthy"
-	ReasonQuorumLost       = "QuorumLost"
+	ReasonQuorumLost       = etcd.ReasonQuorumLost
 	ReasonEtcdCAUnusable   = "EtcdCAUnusable"
 	ReasonNotObserved      = "NotObserved"
 	ReasonStepNotDone      = "StepNotDone"
@@ -78,6 +78,9 @@ func etcdDatastoreCondition(o observation) condResult {
 		return condResult{false, etcd.ReasonClusterUnreachable, "no etcd member answered"}
 	}
 	msg := fmt.Sprintf("%d/%d voting members healthy, quorum %d", q.HealthyVoters, q.Voters, q.Needed)
+	if o.etcd.observed.QuorumLost() {
+		return condResult{false, ReasonQuorumLost, etcd.QuorumLostMessage(*o.etcd.observed)}
+	}
 	if q.HealthyVoters >= q.Needed {
 		return condResult{true, ReasonQuorumHealthy, msg}
 	}
