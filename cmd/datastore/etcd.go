@@ -128,15 +128,32 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 			"healthAddress", healthLn.Addr().String(), "metricsAddress", metricsLn.Addr().String())
 
 		var runErr error
-		select {
-		case <-ctx.Done():
-			log.Info("signal received, shutting down")
-		case runErr = <-m.Failed():
+		rebuild := false
+		poll := time.NewTicker(rosterPollInterval)
+		for !rebuild && runErr == nil && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+				log.Info("signal received, shutting down")
+			case runErr = <-m.Failed():
+			case <-poll.C:
+				// An operator's recovery from quorum loss names this member
+				// in the roster: restart it to rebuild the cluster.
+				roster, err := etcd.ReadRoster(o.membersFile)
+				rebuild = err == nil && recoveryFor(roster, o, m.ID()) != ""
+			}
 		}
+		poll.Stop()
 		ds.set(nil)
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		closeErr := m.Close(shutdownCtx)
 		cancel()
+		if rebuild && ctx.Err() == nil {
+			if closeErr != nil {
+				return closeErr
+			}
+			log.Info("restarting to rebuild the cluster from this member's data, as an operator asked", "name", o.name)
+			continue
+		}
 		if !errors.Is(runErr, member.ErrRemoved) || ctx.Err() != nil {
 			if runErr != nil {
 				log.Error(runErr, "etcd member stopped")
@@ -168,8 +185,13 @@ func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*membe
 		// unreadable (its ConfigMap deleted, say): it needs nothing from the
 		// roster then. Only an empty member waits for it.
 		roster, readErr := etcd.ReadRoster(o.membersFile)
+		var request string
+		if dir, err := member.ReadDataDir(o.dataDir); err == nil && dir.HasData {
+			request = recoveryFor(roster, o, dir.ID)
+		}
 		m, err := member.Start(ctx, member.Config{
-			Name: o.name, DataDir: o.dataDir, PeerURL: o.peerURL, ClientURL: o.clientURL,
+			Recover: request,
+			Name:    o.name, DataDir: o.dataDir, PeerURL: o.peerURL, ClientURL: o.clientURL,
 			ListenPeerAddress: o.listenPeer, ListenClientAddress: o.listenClient,
 			CAFile: o.caFile, CertFile: o.certFile, KeyFile: o.keyFile,
 			Roster: roster, QuotaBackendBytes: o.quotaBytes, Logger: zl,
@@ -190,6 +212,16 @@ func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*membe
 		case <-time.After(rosterPollInterval):
 		}
 	}
+}
+
+// recoveryFor is the recovery request the roster asks this member (its name
+// and the member ID id) to perform, and "" when there is none or it was done.
+func recoveryFor(r etcd.Roster, o etcdOptions, id uint64) string {
+	rec := r.Recover
+	if rec == nil || rec.Name != o.name || rec.ID != etcd.FormatID(id) || id == 0 || member.RecoveryDone(o.dataDir, rec.Request) {
+		return ""
+	}
+	return rec.Request
 }
 
 // pendingMember is the Datastore the probes see before the member has started.

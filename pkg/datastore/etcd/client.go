@@ -115,7 +115,7 @@ func (c *EtcdClient) Status(ctx context.Context, endpoint string) (MemberStatus,
 	}
 	return MemberStatus{
 		MemberID: r.Header.MemberId, Leader: r.Leader, IsLearner: r.IsLearner,
-		RaftIndex: r.RaftIndex, RaftAppliedIndex: r.RaftAppliedIndex, Revision: r.Header.Revision,
+		RaftTerm: r.RaftTerm, RaftIndex: r.RaftIndex, RaftAppliedIndex: r.RaftAppliedIndex, Revision: r.Header.Revision,
 		DBSize: r.DbSize, DBSizeInUse: r.DbSizeInUse, DBSizeQuota: r.DbSizeQuota,
 	}, nil
 }

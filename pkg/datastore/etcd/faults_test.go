@@ -226,3 +226,75 @@ func waitNoStale(t *testing.T, dataDir string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// The way back from quorum loss: two of three volumes are lost; an operator
+// asks for recovery; the most advanced survivor rebuilds the cluster from its
+// data alone, the other two join again as new members, and every write the
+// survivor held is there.
+func TestRecoveryFromQuorumLossRebuildsFromTheSurvivorAndLosesNoWrite(t *testing.T) {
+	c := newCluster(t)
+	c.bootstrap("m0")
+	d := c.desired("m0", "m1", "m2")
+	c.converge(d)
+	for range 5 {
+		c.write()
+	}
+	before := memberIDs(c.waitHealthy(d))
+	for _, name := range []string{"m1", "m2"} {
+		c.stop(name)
+		if err := os.RemoveAll(c.dataDir(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := etcd.Observe(c.ctx, c.client, c.endpoints(d))
+	if !o.QuorumLost() {
+		t.Fatal("quorum not lost with two of three members gone")
+	}
+	rec, ok, msg := etcd.PlanRecovery(o, "req-1")
+	if !ok || rec.Name != "m0" || rec.ID != etcd.FormatID(before["m0"]) {
+		t.Fatalf("recovery %+v %v %s, want m0", rec, ok, msg)
+	}
+
+	// The survivor's sidecar sees the roster name it and restarts with
+	// --force-new-cluster.
+	c.roster.Recover = &rec
+	c.stop("m0")
+	c.recover = map[string]string{"m0": rec.Request}
+	c.mustStart("m0")
+	c.waitReady("m0")
+	for deadline := time.Now().Add(10 * time.Second); !member.RecoveryDone(c.dataDir("m0"), rec.Request); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the recovery request is not recorded")
+		}
+	}
+	o = c.waitHealthy(c.desired("m0"))
+	if len(o.Members) != 1 || o.Members[0].ID != before["m0"] {
+		t.Fatalf("members after the rebuild %+v, want m0 alone, same ID", o.Members)
+	}
+	if _, ok, _ := etcd.PlanRecovery(o, "req-1"); ok {
+		t.Fatal("a recovery was planned for a cluster with quorum")
+	}
+	c.checkData("m0")
+
+	// The controller adds the others back; the roster drops the request.
+	c.recover = nil
+	actions := c.converge(d)
+	if n := countChanges(actions); n[etcd.ActionAddLearner] != 2 || n[etcd.ActionPromoteLearner] != 2 || n[etcd.ActionRemoveMember] != 0 {
+		t.Fatalf("changes %v, want m1 and m2 added and promoted", n)
+	}
+	if c.roster.Recover != nil {
+		t.Fatal("the roster still asks for recovery")
+	}
+	c.waitHealthy(d)
+	for _, name := range []string{"m0", "m1", "m2"} {
+		c.checkData(name)
+	}
+	// A restart of the survivor does not rebuild again.
+	c.stop("m0")
+	c.mustStart("m0")
+	c.waitReady("m0")
+	if got := len(c.waitHealthy(d).Members); got != 3 {
+		t.Fatalf("%d members after the survivor restarted, want 3", got)
+	}
+	c.write()
+}

@@ -284,3 +284,26 @@ func TestDataLostReportNamesOneMember(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanRecoveryPicksTheMostAdvancedSurvivorAndOnlyUnderQuorumLoss(t *testing.T) {
+	five := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2"), voter(4, "m3"), voter(5, "m4")}
+	o := world{members: five, noQuorum: true, down: map[uint64]bool{4: true, 5: true, 1: true}}.observed()
+	for i := range o.Statuses {
+		switch o.Statuses[i].MemberID {
+		case 2:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 7, 900
+		case 3:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 8, 850
+		}
+	}
+	rec, ok, msg := PlanRecovery(o, "r")
+	if !ok || rec.Name != "m2" || rec.ID != "3" || rec.Request != "r" {
+		t.Fatalf("recovery %+v %v %s, want m2: the higher term wins over the longer log", rec, ok, msg)
+	}
+	if _, ok, msg := PlanRecovery(world{members: five, leader: 1}.observed(), "r"); ok || !strings.Contains(msg, "quorum") {
+		t.Fatalf("recovery of a healthy cluster: %v %s, want a refusal", ok, msg)
+	}
+	if _, ok, _ := PlanRecovery(world{members: five, down: map[uint64]bool{1: true, 2: true, 3: true, 4: true, 5: true}}.observed(), "r"); ok {
+		t.Fatal("recovery with no member answering")
+	}
+}

@@ -30,6 +30,21 @@ type Roster struct {
 	// members of two clusters can never join each other by accident.
 	Token   string         `json:"token"`
 	Members []RosterMember `json:"members"`
+	// Recover, set only while an operator's recovery from quorum loss is
+	// under way, names the surviving member that rebuilds the cluster from
+	// its data alone (etcd's --force-new-cluster).
+	Recover *Recovery `json:"recover,omitempty"`
+}
+
+// Recovery names the member that rebuilds a cluster which lost quorum.
+type Recovery struct {
+	// Name and ID are the member's; a member acts on the recovery only when
+	// both are its own.
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	// Request identifies the operator's request, so that a member rebuilds
+	// the cluster once per request, never again on a restart.
+	Request string `json:"request"`
 }
 
 // RosterMember is one member of the Roster.

@@ -42,6 +42,7 @@ type MemberStatus struct {
 	MemberID         uint64
 	Leader           uint64
 	IsLearner        bool
+	RaftTerm         uint64
 	RaftIndex        uint64
 	RaftAppliedIndex uint64
 	Revision         int64

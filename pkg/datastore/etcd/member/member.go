@@ -87,6 +87,12 @@ type Config struct {
 	Logger *zap.Logger
 	// UnsafeNoFsync trades durability for speed; tests only.
 	UnsafeNoFsync bool
+	// Recover, when set, is an operator's request (etcd.Recovery.Request) to
+	// rebuild a cluster that lost quorum from this member's data alone
+	// (etcd's --force-new-cluster): every other member is dropped from the
+	// membership and added again later by the controller. The member records
+	// the request once it serves (RecoveryDone), so that it is done once.
+	Recover string
 }
 
 // Bootstrap is how a member starts: etcd's initial cluster state and list.
@@ -165,7 +171,16 @@ func plan(name, peerURL string, r etcd.Roster, self etcd.RosterMember, discard b
 const (
 	idFile      = "k3k-member-id"
 	removedFile = "k3k-removed-id"
+	// recoveredFile records the last recovery request this member performed.
+	recoveredFile = "k3k-recovered-request"
 )
+
+// RecoveryDone reports whether the member with data in dataDir has already
+// rebuilt the cluster for request.
+func RecoveryDone(dataDir, request string) bool {
+	b, err := os.ReadFile(filepath.Join(dataDir, recoveredFile))
+	return err == nil && strings.TrimSpace(string(b)) == request
+}
 
 // staleSuffix names a set-aside data dir: <data-dir>.stale-<unix nanoseconds>.
 const staleSuffix = ".stale-"
@@ -197,6 +212,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	b, err := Plan(cfg.Name, cfg.PeerURL, dir, cfg.Roster)
 	if err != nil {
 		return nil, fmt.Errorf("starting etcd member %s: %w", cfg.Name, err)
+	}
+	if cfg.Recover != "" && !b.FromData {
+		return nil, fmt.Errorf("etcd member %s: asked to rebuild the cluster, but its data dir holds no data", cfg.Name)
 	}
 	if b.DiscardData {
 		if err := SetAside(cfg.DataDir, 0); err != nil {
@@ -261,6 +279,9 @@ func (m *Member) recordID(ctx context.Context) {
 	}
 	id := etcd.FormatID(uint64(m.etcd.Server.MemberID()))
 	_ = os.WriteFile(filepath.Join(m.cfg.DataDir, idFile), []byte(id+"\n"), 0o600)
+	if m.cfg.Recover != "" {
+		_ = os.WriteFile(filepath.Join(m.cfg.DataDir, recoveredFile), []byte(m.cfg.Recover+"\n"), 0o600)
+	}
 	_ = os.Remove(filepath.Join(m.cfg.DataDir, removedFile))
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -365,6 +386,7 @@ func embedConfig(cfg Config, b Bootstrap) (*embed.Config, error) {
 	ec.AdvertisePeerUrls, ec.AdvertiseClientUrls = []url.URL{*peer}, []url.URL{*client}
 	ec.ListenPeerUrls, ec.ListenClientUrls = []url.URL{*lp}, []url.URL{*lc}
 	ec.InitialCluster = b.InitialCluster
+	ec.ForceNewCluster = cfg.Recover != ""
 	ec.InitialClusterToken = cfg.Roster.Token
 	ec.ClusterState = string(b.State)
 	if b.State == "" {
