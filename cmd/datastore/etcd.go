@@ -139,7 +139,7 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 				// An operator's recovery from quorum loss names this member
 				// in the roster: restart it to rebuild the cluster.
 				roster, err := etcd.ReadRoster(o.membersFile)
-				rebuild = err == nil && recoveryFor(roster, o, m.ID()) != ""
+				rebuild = err == nil && recoveryFor(roster, o, m.ID()) != "" && !hasQuorum(ctx, m)
 			}
 		}
 		poll.Stop()
@@ -212,6 +212,15 @@ func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*membe
 		case <-time.After(rosterPollInterval):
 		}
 	}
+}
+
+// hasQuorum reports whether the member serves a linearizable read now. A
+// recovery is performed only by a member without quorum: if quorum came back
+// meanwhile, rebuilding would drop healthy members for nothing.
+func hasQuorum(ctx context.Context, m *member.Member) bool {
+	ctx, cancel := context.WithTimeout(ctx, etcd.ProbeTimeout)
+	defer cancel()
+	return m.Ready(ctx) == nil
 }
 
 // recoveryFor is the recovery request the roster asks this member (its name

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -48,6 +49,8 @@ type Reconciler struct {
 	// EtcdDial, when set, opens the connections to etcd members (by their DNS
 	// names) instead of the system resolver; tests point it at loopback.
 	EtcdDial EtcdDialer
+	// Recorder records Events (an etcd recovery); nil records none.
+	Recorder events.EventRecorder
 }
 
 // step is one ordered part of a reconcile. It writes only what differs and

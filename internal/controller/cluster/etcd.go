@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +33,18 @@ import (
 // (etcd.Plan). The StatefulSet is sized after that (StatefulSetReplicas), so a
 // member is always removed from etcd before its pod is deleted.
 
+// AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
+// loss (`k3kcli cluster recover NAME` sets it; the value identifies the
+// request). The controller rebuilds the cluster from the most advanced
+// surviving member only while quorum is lost, reports it in the EtcdRecovery
+// condition and in Events, and removes the annotation when done or refused, so
+// a request never acts later on its own.
+const AnnotationEtcdRecover = "k3k.io/etcd-recover"
+
+// ConditionEtcdRecovery reports the last recovery from quorum loss an
+// operator asked for.
+const ConditionEtcdRecovery = "EtcdRecovery"
+
 // Requeue intervals of an etcd cluster: soon after a membership step, to see
 // its effect; a little later while Plan waits for something; and a periodic
 // health look otherwise (it writes nothing while nothing changed).
@@ -59,6 +72,8 @@ type etcdState struct {
 	// hold: the spec is invalid; only the finalizers are kept (no membership
 	// step), with the running server pods as the desired members.
 	hold bool
+	// recovery is the EtcdRecovery condition; nil when none was asked for.
+	recovery *condResult
 }
 
 // reconcileEtcdPKI keeps the etcd CA (created once, never overwritten) and the
@@ -215,7 +230,11 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	observed := etcd.Observe(ctx, cl, asked)
 	o.etcd.observed = &observed
 
-	if roster, ok := etcd.RosterFor(EtcdClusterToken(c), observed, desired); ok {
+	recovering, err := r.reconcileEtcdRecovery(ctx, c, observed, o)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if roster, ok := etcd.RosterFor(EtcdClusterToken(c), observed, desired); ok && !recovering {
 		cm, err := DesiredEtcdRosterConfigMap(c, roster)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -251,6 +270,76 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
 	}
 	return ctrl.Result{RequeueAfter: etcdRequeueInSync}, nil
+}
+
+// reconcileEtcdRecovery acts on AnnotationEtcdRecover. While quorum is lost it
+// publishes the last roster with the recovery (etcd.PlanRecovery) added: the
+// survivor's sidecar restarts it with --force-new-cluster. Once members
+// confirm a quorum again the request is done; any other state refuses it. A
+// done or refused request loses its annotation. It reports whether the
+// recovery is under way (the roster must then not be replaced).
+func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Cluster, observed etcd.Observed, o *observation) (bool, error) {
+	request := c.Annotations[AnnotationEtcdRecover]
+	if request == "" || o.etcd.hold {
+		return false, nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).EtcdRoster}, cm)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("getting etcd member roster: %w", err)
+	}
+	var last etcd.Roster
+	if raw := cm.Data[ConfigMapKeyRoster]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &last); err != nil {
+			return false, fmt.Errorf("parsing the published etcd member roster: %w", err)
+		}
+	}
+	rec, ok, msg := etcd.PlanRecovery(observed, request)
+	switch {
+	case ok && len(last.Members) == 0:
+		msg = fmt.Sprintf("ConfigMap %s holds no roster to add the recovery to; %s", NamesFor(c).EtcdRoster, msg)
+	case ok:
+		o.etcd.recovery = &condResult{false, etcd.ReasonRecovering, msg}
+		if last.Recover != nil && *last.Recover == rec {
+			return true, nil
+		}
+		last.Recover = &rec
+		desired, err := DesiredEtcdRosterConfigMap(c, last)
+		if err != nil {
+			return false, err
+		}
+		if err := ensure(ctx, r.Client, c, desired, func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
+			return false, err
+		}
+		r.event(c, corev1.EventTypeWarning, etcd.ReasonRecovering, "RecoverEtcd", msg)
+		log.FromContext(ctx).Info("recovering etcd from quorum loss", "member", rec.Name, "id", rec.ID, "request", request)
+		return true, nil
+	case last.Recover != nil && last.Recover.Request == request && observed.AnyReachable() && !observed.QuorumLost():
+		msg = fmt.Sprintf("quorum is back: the cluster was rebuilt from member %s (%s); the other members are added again as new members", last.Recover.Name, last.Recover.ID)
+		o.etcd.recovery = &condResult{true, etcd.ReasonRecovered, msg}
+		r.event(c, corev1.EventTypeNormal, etcd.ReasonRecovered, "RecoverEtcd", msg)
+		return false, r.dropRecoverAnnotation(ctx, c)
+	}
+	msg = "recovery refused: " + msg
+	o.etcd.recovery = &condResult{false, etcd.ReasonRecoveryRefused, msg}
+	r.event(c, corev1.EventTypeWarning, etcd.ReasonRecoveryRefused, "RecoverEtcd", msg)
+	return false, r.dropRecoverAnnotation(ctx, c)
+}
+
+func (r *Reconciler) dropRecoverAnnotation(ctx context.Context, c *v1beta1.Cluster) error {
+	before := c.DeepCopy()
+	delete(c.Annotations, AnnotationEtcdRecover)
+	if err := r.Client.Patch(ctx, c, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("removing annotation %s: %w", AnnotationEtcdRecover, err)
+	}
+	return nil
+}
+
+// event records an Event about c when the Reconciler has a recorder.
+func (r *Reconciler) event(c *v1beta1.Cluster, eventType, reason, action, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(c, nil, eventType, reason, action, "%s", note)
+	}
 }
 
 // keepFinalizer adds the etcd finalizer to a live server pod and removes it

@@ -97,6 +97,13 @@ func etcdConditions(o observation, generation int64) []metav1.Condition {
 		return []metav1.Condition{{Type: ConditionEtcdMembership, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: generation}}
 	}
 	conds := etcd.Conditions(*o.etcd.observed, generation)
+	if rc := o.etcd.recovery; rc != nil {
+		st := metav1.ConditionFalse
+		if rc.ok {
+			st = metav1.ConditionTrue
+		}
+		conds = append(conds, metav1.Condition{Type: ConditionEtcdRecovery, Status: st, Reason: rc.reason, Message: rc.message, ObservedGeneration: generation})
+	}
 	m := metav1.Condition{Type: ConditionEtcdMembership, Status: metav1.ConditionTrue, Reason: o.etcd.action.Reason, Message: o.etcd.action.Message, ObservedGeneration: generation}
 	var notes []string
 	if o.etcd.actionErr != nil {

@@ -376,7 +376,7 @@ func QuorumLostMessage(o Observed) string {
 			healthy++
 		}
 	}
-	return fmt.Sprintf("quorum lost: %d of %d voting members healthy, %d needed; %s; nothing is changed until a majority is back, or recover from a survivor (see docs/etcd.md)",
+	return fmt.Sprintf("quorum lost: %d of %d voting members healthy, %d needed; %s; nothing is changed until a majority is back; if it cannot come back, recover from the most advanced survivor with k3kcli cluster recover (see docs/etcd.md)",
 		healthy, voters, voters/2+1, strings.Join(MemberReport(o), "; "))
 }
 
