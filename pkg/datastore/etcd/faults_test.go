@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
 )
@@ -297,4 +301,71 @@ func TestRecoveryFromQuorumLossRebuildsFromTheSurvivorAndLosesNoWrite(t *testing
 		t.Fatalf("%d members after the survivor restarted, want 3", got)
 	}
 	c.write()
+}
+
+// Defect 8: etcd's corruption checks are on. A member whose key-value data was
+// altered on disk refuses to start (it compares its hash with its peers'),
+// instead of serving data that differs from the others'; the documented
+// action (delete its data: it is replaced) brings it back.
+func TestAMemberWithCorruptDataRefusesToStartAndIsReplaced(t *testing.T) {
+	c := newCluster(t)
+	c.bootstrap("m0")
+	d := c.desired("m0", "m1", "m2")
+	c.converge(d)
+	for range 3 {
+		c.write()
+	}
+	c.waitHealthy(d)
+	oldID := memberIDs(c.waitHealthy(d))["m2"]
+	c.stop("m2")
+	corruptLastValue(t, filepath.Join(c.dataDir("m2"), "member", "snap", "db"))
+
+	err := c.start("m2")
+	if err == nil || !strings.Contains(err.Error(), "data inconsistency") {
+		t.Fatalf("starting a member with altered data: %v, want the initial corruption check to refuse", err)
+	}
+
+	// The documented action: delete its data; it reports the loss and is
+	// replaced.
+	if err := os.RemoveAll(c.dataDir("m2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.start("m2"); !errors.Is(err, member.ErrDataLost) {
+		t.Fatalf("starting with the data deleted: %v, want ErrDataLost", err)
+	}
+	d.Members[2].LostMemberID = oldID
+	c.converge(d)
+	c.waitHealthy(d)
+	c.checkData("m2")
+}
+
+// corruptLastValue changes the value of the newest key revision in an etcd
+// backend file, as a bad disk or a bug would.
+func corruptLastValue(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("key"))
+		if b == nil {
+			return errors.New("no key bucket")
+		}
+		k, v := b.Cursor().Last()
+		var kv mvccpb.KeyValue
+		if err := proto.Unmarshal(v, &kv); err != nil {
+			return err
+		}
+		kv.Value = append(kv.Value, []byte("-corrupt")...)
+		out, err := proto.Marshal(&kv)
+		if err != nil {
+			return err
+		}
+		return b.Put(append([]byte(nil), k...), out)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
