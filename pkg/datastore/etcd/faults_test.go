@@ -10,6 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
@@ -368,4 +369,60 @@ func corruptLastValue(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Defect 6: a member cut off from its peers but reachable by the controller
+// answers for itself with a member list it cannot confirm. It must count as
+// unhealthy, its list must not block any step, its own removal included.
+// The cut is made with etcd's own fault hook on the peers' side (they drop
+// everything to and from it).
+func TestAMemberCutOffFromItsPeersIsUnhealthyAndBlocksNothing(t *testing.T) {
+	c := newCluster(t)
+	c.bootstrap("m0")
+	d := c.desired("m0", "m1", "m2")
+	c.converge(d)
+	c.write()
+	ids := memberIDs(c.waitHealthy(d))
+	for _, name := range []string{"m0", "m1"} {
+		c.running[name].Embedded().Server.CutPeer(types.ID(ids["m2"]))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		o := etcd.Observe(c.ctx, c.client, c.endpoints(d))
+		s, answered := o.Status(ids["m2"])
+		if answered && !o.Healthy(ids["m2"]) && s.QuorumError != "" {
+			if a := etcd.Plan(o, d); a.Reason == etcd.ReasonMembershipConverging {
+				t.Fatalf("plan %+v: the cut-off member blocks", a)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("m2 cut off for 30s: answered=%v healthy=%v quorum error %q", answered, o.Healthy(ids["m2"]), s.QuorumError)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Its removal proceeds while it still runs, and then nothing waits for it.
+	two := c.desired("m0", "m1")
+	removed := false
+	for i := 0; ; i++ {
+		o := etcd.Observe(c.ctx, c.client, c.endpoints(two))
+		a := etcd.Plan(o, two)
+		if a.Type == etcd.ActionNone && a.Reason == etcd.ReasonInSync {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("scaling to m0, m1 with m2 cut off: stuck at %s: %s", a.Reason, a.Message)
+		}
+		if err := etcd.Execute(c.ctx, c.client, a); err != nil && !errors.Is(err, etcd.ErrUnhealthy) {
+			t.Fatal(err)
+		}
+		removed = removed || (a.Type == etcd.ActionRemoveMember && a.MemberID == ids["m2"])
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !removed {
+		t.Fatal("m2 was not removed")
+	}
+	c.write()
+	c.stop("m2")
 }
