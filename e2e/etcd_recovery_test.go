@@ -193,8 +193,8 @@ func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
 	if rc := meta.FindStatusCondition(c.Status.Conditions, "EtcdRecovery"); rc == nil || rc.Status != metav1.ConditionTrue || rc.Reason != "Recovered" {
 		t.Errorf("EtcdRecovery %+v, want True/Recovered", rc)
 	}
-	if _, ok := c.Annotations["k3k.io/etcd-recover"]; ok {
-		t.Error("the recovery request is still on the Cluster")
+	if c.Status.Datastore == nil || c.Status.Datastore.RecoveryRequest == "" || c.Status.Datastore.RecoveryRequest != c.Annotations["k3k.io/etcd-recover"] {
+		t.Errorf("the recovery request %q is not recorded as handled: %+v", c.Annotations["k3k.io/etcd-recover"], c.Status.Datastore)
 	}
 	w.check(t, v.client)
 }

@@ -28,7 +28,7 @@ lost members held are gone.
 
 The controller acts only while quorum is lost: asked for a cluster with quorum,
 or with no member answering, it refuses. Either way it reports in the Cluster's
-EtcdRecovery condition and in Events, and removes the request.`,
+EtcdRecovery condition and in Events, and records the request as handled.`,
 		Example: `  k3kcli cluster recover ha -n tenants`,
 		Args:    oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {

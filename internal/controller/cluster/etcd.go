@@ -37,8 +37,9 @@ import (
 // loss (`k3kcli cluster recover NAME` sets it; the value identifies the
 // request). The controller rebuilds the cluster from the most advanced
 // surviving member only while quorum is lost, reports it in the EtcdRecovery
-// condition and in Events, and removes the annotation when done or refused, so
-// a request never acts later on its own.
+// condition and in Events, and records the request as handled when done or
+// refused (status.datastore.recoveryRequest), so a request never acts later
+// on its own.
 const AnnotationEtcdRecover = "k3k.io/etcd-recover"
 
 // ConditionEtcdRecovery reports the last recovery from quorum loss an
@@ -74,6 +75,8 @@ type etcdState struct {
 	hold bool
 	// recovery is the EtcdRecovery condition; nil when none was asked for.
 	recovery *condResult
+	// handledRequest is the recovery request done or refused now.
+	handledRequest string
 }
 
 // reconcileEtcdPKI keeps the etcd CA (created once, never overwritten) and the
@@ -276,11 +279,11 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 // publishes the last roster with the recovery (etcd.PlanRecovery) added: the
 // survivor's sidecar restarts it with --force-new-cluster. Once members
 // confirm a quorum again the request is done; any other state refuses it. A
-// done or refused request loses its annotation. It reports whether the
+// done or refused request is recorded as handled. It reports whether the
 // recovery is under way (the roster must then not be replaced).
 func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Cluster, observed etcd.Observed, o *observation) (bool, error) {
 	request := c.Annotations[AnnotationEtcdRecover]
-	if request == "" || o.etcd.hold {
+	if request == "" || o.etcd.hold || (c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest == request) {
 		return false, nil
 	}
 	cm := &corev1.ConfigMap{}
@@ -318,21 +321,14 @@ func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Clust
 		msg = fmt.Sprintf("quorum is back: the cluster was rebuilt from member %s (%s); the other members are added again as new members", last.Recover.Name, last.Recover.ID)
 		o.etcd.recovery = &condResult{true, etcd.ReasonRecovered, msg}
 		r.event(c, corev1.EventTypeNormal, etcd.ReasonRecovered, "RecoverEtcd", msg)
-		return false, r.dropRecoverAnnotation(ctx, c)
+		o.etcd.handledRequest = request
+		return false, nil
 	}
 	msg = "recovery refused: " + msg
 	o.etcd.recovery = &condResult{false, etcd.ReasonRecoveryRefused, msg}
 	r.event(c, corev1.EventTypeWarning, etcd.ReasonRecoveryRefused, "RecoverEtcd", msg)
-	return false, r.dropRecoverAnnotation(ctx, c)
-}
-
-func (r *Reconciler) dropRecoverAnnotation(ctx context.Context, c *v1beta1.Cluster) error {
-	before := c.DeepCopy()
-	delete(c.Annotations, AnnotationEtcdRecover)
-	if err := r.Client.Patch(ctx, c, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("removing annotation %s: %w", AnnotationEtcdRecover, err)
-	}
-	return nil
+	o.etcd.handledRequest = request
+	return false, nil
 }
 
 // event records an Event about c when the Reconciler has a recorder.

@@ -303,8 +303,7 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 	pm.start(0, roster.Recover.Request)
 	<-pm.running[0].ReadyNotify()
 	reconcileUntil(t, r, c, nil, "recovered", func(c *v1beta1.Cluster) bool {
-		_, annotated := c.Annotations[AnnotationEtcdRecover]
-		return !annotated && healthyVoters(1)(c)
+		return c.Status.Datastore.RecoveryRequest == "req-1" && healthyVoters(1)(c)
 	})
 	if got := condition(t, c, ConditionEtcdRecovery); got.Status != metav1.ConditionTrue || got.Reason != etcd.ReasonRecovered {
 		t.Errorf("EtcdRecovery %s/%s, want True/Recovered", got.Status, got.Reason)
@@ -321,12 +320,21 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 		t.Fatalf("the acknowledged write after the recovery: %v %v", resp, err)
 	}
 
-	// Asked again with quorum: refused, and the request is dropped.
+	// The handled request, still on the Cluster, is never acted on again.
+	survivorRoster := readRoster(t, c)
+	for range 2 {
+		reconcileOnce(t, r, c)
+	}
+	if roster := readRoster(t, c); roster.Recover != nil || len(roster.Members) != len(survivorRoster.Members) {
+		t.Fatalf("a handled request acted again: roster %+v", roster)
+	}
+
+	// Asked again with quorum: refused, and recorded as handled.
 	annotate(t, c, "req-2")
 	reconcileOnce(t, r, c)
 	get(t, c, c.Name, c)
-	if _, ok := c.Annotations[AnnotationEtcdRecover]; ok {
-		t.Error("a refused recovery request is still on the Cluster")
+	if c.Status.Datastore.RecoveryRequest != "req-2" {
+		t.Errorf("refused request not recorded as handled: %q", c.Status.Datastore.RecoveryRequest)
 	}
 	if got := condition(t, c, ConditionEtcdRecovery); got.Reason != etcd.ReasonRecoveryRefused {
 		t.Errorf("EtcdRecovery %s/%s with quorum, want RecoveryRefused", got.Status, got.Reason)

@@ -130,3 +130,15 @@ func etcdConditions(o observation, generation int64) []metav1.Condition {
 	}
 	return append(conds, m)
 }
+
+// etcdRecoveryRequest is the recovery request handled last: the one handled
+// now, else the one recorded before (a record, like the resolved types).
+func etcdRecoveryRequest(c *v1beta1.Cluster, o observation) string {
+	if o.etcd.handledRequest != "" {
+		return o.etcd.handledRequest
+	}
+	if c.Status.Datastore != nil {
+		return c.Status.Datastore.RecoveryRequest
+	}
+	return ""
+}
