@@ -403,6 +403,12 @@ type DatastoreStatus struct {
 	// answers.
 	// +optional
 	Quorum *EtcdQuorumStatus `json:"quorum,omitempty"`
+	// RecoveryRequest is the last request for a recovery from etcd quorum
+	// loss (the value of annotation k3k.io/etcd-recover) that the controller
+	// handled, performed or refused; it never acts on that value again. The
+	// EtcdRecovery condition says what became of it.
+	// +optional
+	RecoveryRequest string `json:"recoveryRequest,omitempty"`
 }
 
 // EtcdMemberStatus is one etcd member as the controller last observed it.

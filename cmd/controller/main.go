@@ -140,6 +140,7 @@ func run(o *options) error {
 		APIReader:          mgr.GetAPIReader(),
 		Config:             o.cfg,
 		ValidateKubeconfig: kubeconfig.Validate,
+		Recorder:           mgr.GetEventRecorder("k3k-cluster"),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the cluster controller: %w", err)

@@ -48,6 +48,8 @@ name the pod by DNS. With a data dir it starts from it, whatever its address is
 now. With an empty data dir it waits until the member roster the controller
 publishes (--members-file, JSON) lists it, then joins as that member; a member
 listed as started whose data dir is empty exits: the controller replaces it.
+A member removed from the cluster sets its data aside and waits to be added
+again.
 
 The health address serves /healthz, /readyz (joined, voting, quorum) and /status;
 the metrics address serves /metrics (etcd's own metrics and k3k's).`,
@@ -116,33 +118,66 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("building etcd logger: %w", err)
 	}
-	m, err := startWhenListed(ctx, o, zl)
-	if errors.Is(err, member.ErrDataLost) && o.terminationMessagePath != "" {
-		// The controller reads this from the pod's status and replaces the
-		// member; the error itself goes to the log as usual.
-		_ = os.WriteFile(o.terminationMessagePath, []byte(etcd.DataLostMessage+"\n"), 0o644)
-	}
-	if err != nil {
-		return err
-	}
-	ds.set(m)
-	log.Info("etcd member started", "name", o.name, "id", etcd.FormatID(m.ID()), "peerURL", o.peerURL, "clientURL", o.clientURL,
-		"healthAddress", healthLn.Addr().String(), "metricsAddress", metricsLn.Addr().String())
+	for {
+		m, err := startWhenListed(ctx, o, zl)
+		if err != nil {
+			return err
+		}
+		ds.set(m)
+		log.Info("etcd member started", "name", o.name, "id", etcd.FormatID(m.ID()), "peerURL", o.peerURL, "clientURL", o.clientURL,
+			"healthAddress", healthLn.Addr().String(), "metricsAddress", metricsLn.Addr().String())
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("signal received, shutting down")
-	case runErr = <-m.Failed():
-		log.Error(runErr, "etcd member stopped")
+		var runErr error
+		rebuild := false
+		poll := time.NewTicker(rosterPollInterval)
+		for !rebuild && runErr == nil && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+				log.Info("signal received, shutting down")
+			case runErr = <-m.Failed():
+			case <-poll.C:
+				// An operator's recovery from quorum loss names this member
+				// in the roster: restart it to rebuild the cluster.
+				roster, err := etcd.ReadRoster(o.membersFile)
+				rebuild = err == nil && recoveryFor(roster, o, m.ID()) != "" && !hasQuorum(ctx, m)
+			}
+		}
+		poll.Stop()
+		ds.set(nil)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		closeErr := m.Close(shutdownCtx)
+		cancel()
+		if rebuild && ctx.Err() == nil {
+			if closeErr != nil {
+				return closeErr
+			}
+			log.Info("restarting to rebuild the cluster from this member's data, as an operator asked", "name", o.name)
+			continue
+		}
+		if !errors.Is(runErr, member.ErrRemoved) || ctx.Err() != nil {
+			if runErr != nil {
+				log.Error(runErr, "etcd member stopped")
+			}
+			return errors.Join(runErr, closeErr)
+		}
+		// Removed from the cluster (scaled away, replaced, or left out of a
+		// recovered cluster): the data can never serve this member again, and
+		// starting from it would only be refused ("permanently removed"). Set
+		// it aside and wait, in this process, to be added again as a new
+		// member; a crash loop would only delay that.
+		id := m.ID()
+		if err := member.SetAside(o.dataDir, id); err != nil {
+			return fmt.Errorf("member %s was removed; setting its data aside: %w", etcd.FormatID(id), err)
+		}
+		log.Info("this member was removed from the cluster: its data is set aside; waiting to be added again",
+			"name", o.name, "removedID", etcd.FormatID(id))
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	return errors.Join(runErr, m.Close(shutdownCtx))
 }
 
 // startWhenListed starts the member, waiting while the roster does not list it
-// yet. ErrDataLost is returned at once: it needs the controller, not time.
+// yet. ErrDataLost is returned at once, after the report the controller reads
+// (the termination message, naming the lost member) is written: it needs the
+// controller, not time.
 func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*member.Member, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	for {
@@ -150,12 +185,23 @@ func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*membe
 		// unreadable (its ConfigMap deleted, say): it needs nothing from the
 		// roster then. Only an empty member waits for it.
 		roster, readErr := etcd.ReadRoster(o.membersFile)
+		var request string
+		if dir, err := member.ReadDataDir(o.dataDir); err == nil && dir.HasData {
+			request = recoveryFor(roster, o, dir.ID)
+		}
 		m, err := member.Start(ctx, member.Config{
-			Name: o.name, DataDir: o.dataDir, PeerURL: o.peerURL, ClientURL: o.clientURL,
+			Recover: request,
+			Name:    o.name, DataDir: o.dataDir, PeerURL: o.peerURL, ClientURL: o.clientURL,
 			ListenPeerAddress: o.listenPeer, ListenClientAddress: o.listenClient,
 			CAFile: o.caFile, CertFile: o.certFile, KeyFile: o.keyFile,
 			Roster: roster, QuotaBackendBytes: o.quotaBytes, Logger: zl,
 		})
+		if errors.Is(err, member.ErrDataLost) && o.terminationMessagePath != "" {
+			self, _ := roster.Find(o.name)
+			if id, perr := etcd.ParseID(self.ID); perr == nil {
+				_ = os.WriteFile(o.terminationMessagePath, []byte(etcd.DataLostReport(id)+"\n"), 0o644)
+			}
+		}
 		if !errors.Is(err, member.ErrNotAMember) {
 			return m, err
 		}
@@ -168,11 +214,31 @@ func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*membe
 	}
 }
 
+// hasQuorum reports whether the member serves a linearizable read now. A
+// recovery is performed only by a member without quorum: if quorum came back
+// meanwhile, rebuilding would drop healthy members for nothing.
+func hasQuorum(ctx context.Context, m *member.Member) bool {
+	ctx, cancel := context.WithTimeout(ctx, etcd.ProbeTimeout)
+	defer cancel()
+	return m.Ready(ctx) == nil
+}
+
+// recoveryFor is the recovery request the roster asks this member (its name
+// and the member ID id) to perform, and "" when there is none or it was done.
+func recoveryFor(r etcd.Roster, o etcdOptions, id uint64) string {
+	rec := r.Recover
+	if rec == nil || rec.Name != o.name || rec.ID != etcd.FormatID(id) || id == 0 || member.RecoveryDone(o.dataDir, rec.Request) {
+		return ""
+	}
+	return rec.Request
+}
+
 // pendingMember is the Datastore the probes see before the member has started.
 type pendingMember struct {
 	m atomic.Pointer[member.Member]
 }
 
+// set makes m the member the probes see; nil while none runs.
 func (p *pendingMember) set(m *member.Member) { p.m.Store(m) }
 
 func (p *pendingMember) Endpoint() string {

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -48,6 +49,8 @@ type Reconciler struct {
 	// EtcdDial, when set, opens the connections to etcd members (by their DNS
 	// names) instead of the system resolver; tests point it at loopback.
 	EtcdDial EtcdDialer
+	// Recorder records Events (an etcd recovery); nil records none.
+	Recorder events.EventRecorder
 }
 
 // step is one ordered part of a reconcile. It writes only what differs and
@@ -79,12 +82,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	var result ctrl.Result
-	if o.settingsErr == nil {
-		for _, s := range []step{
-			r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
-			r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
-			r.reconcileExternalSecret, r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
-		} {
+	steps := []step{
+		r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
+		r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
+		r.reconcileExternalSecret, r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
+	}
+	if o.settingsErr != nil && o.settings.Datastore == v1beta1.EtcdDatastore {
+		// An invalid spec changes nothing, but the server pods' etcd
+		// finalizers must still be let go, or deleted pods hang.
+		o.etcd.hold = true
+		steps = []step{r.reconcileEtcdPKI, r.reconcileEtcdMembers}
+	}
+	if o.settingsErr == nil || o.etcd.hold {
+		for _, s := range steps {
 			res, err := s(ctx, c, o)
 			if err != nil {
 				return ctrl.Result{}, err

@@ -80,11 +80,20 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 		StorageClass: c.Spec.Persistence.StorageClassName,
 		Servers:      c.Spec.Servers,
 	}
+	// A type left unset is resolved once, when the Cluster is created, and
+	// recorded in its status; from then on the recorded type holds, so that a
+	// changed controller default never switches an existing cluster.
+	if s.Persistence == "" {
+		s.Persistence = c.Status.PersistenceType
+	}
 	if s.Persistence == "" {
 		s.Persistence = cfg.DefaultPersistence
 	}
 	if s.Persistence == "" {
 		s.Persistence = v1beta1.DynamicPersistence
+	}
+	if s.Datastore == "" && c.Status.Datastore != nil {
+		s.Datastore = c.Status.Datastore.Type
 	}
 	if s.Datastore == "" {
 		s.Datastore = cfg.DefaultDatastore

@@ -4,15 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -30,6 +32,19 @@ import (
 // release the server pods' finalizers; perform at most one membership step
 // (etcd.Plan). The StatefulSet is sized after that (StatefulSetReplicas), so a
 // member is always removed from etcd before its pod is deleted.
+
+// AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
+// loss (`k3kcli cluster recover NAME` sets it; the value identifies the
+// request). The controller rebuilds the cluster from the most advanced
+// surviving member only while quorum is lost, reports it in the EtcdRecovery
+// condition and in Events, and records the request as handled when done or
+// refused (status.datastore.recoveryRequest), so a request never acts later
+// on its own.
+const AnnotationEtcdRecover = "k3k.io/etcd-recover"
+
+// ConditionEtcdRecovery reports the last recovery from quorum loss an
+// operator asked for.
+const ConditionEtcdRecovery = "EtcdRecovery"
 
 // Requeue intervals of an etcd cluster: soon after a membership step, to see
 // its effect; a little later while Plan waits for something; and a periodic
@@ -55,6 +70,13 @@ type etcdState struct {
 	actionErr     error
 	// held lists the server pods whose deletion waits, with the reason.
 	held []string
+	// hold: the spec is invalid; only the finalizers are kept (no membership
+	// step), with the running server pods as the desired members.
+	hold bool
+	// recovery is the EtcdRecovery condition; nil when none was asked for.
+	recovery *condResult
+	// handledRequest is the recovery request done or refused now.
+	handledRequest string
 }
 
 // reconcileEtcdPKI keeps the etcd CA (created once, never overwritten) and the
@@ -180,13 +202,22 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing server pods: %w", err)
 	}
-	lost := map[string]bool{}
+	lost := map[string]uint64{}
 	for i := range pods.Items {
-		if reportsDataLost(&pods.Items[i]) {
-			lost[pods.Items[i].Name] = true
+		if id := lostMemberID(&pods.Items[i]); id != 0 {
+			lost[pods.Items[i].Name] = id
 		}
 	}
-	desired := EtcdDesired(c, o.settings.Servers, lost)
+	servers := o.settings.Servers
+	if o.etcd.hold {
+		sts := &appsv1.StatefulSet{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("getting the server StatefulSet: %w", err)
+		}
+		servers = ptr.Deref(sts.Spec.Replicas, 0)
+	}
+	desired := EtcdDesired(c, servers, lost)
 	// Pods above spec.servers (being scaled away) are asked too: with every
 	// desired member down they may be the only ones that answer. Observe asks
 	// each endpoint once.
@@ -202,7 +233,11 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	observed := etcd.Observe(ctx, cl, asked)
 	o.etcd.observed = &observed
 
-	if roster, ok := etcd.RosterFor(EtcdClusterToken(c), observed, desired); ok {
+	recovering, err := r.reconcileEtcdRecovery(ctx, c, observed, o)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if roster, ok := etcd.RosterFor(EtcdClusterToken(c), observed, desired); ok && !recovering {
 		cm, err := DesiredEtcdRosterConfigMap(c, roster)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -219,6 +254,9 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 		}
 	}
 
+	if o.etcd.hold {
+		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
+	}
 	o.etcd.action = etcd.Plan(observed, desired)
 	if err := etcd.Execute(ctx, cl, o.etcd.action); err != nil {
 		// etcd said "not yet" or could not be reached for the step: report it
@@ -235,6 +273,69 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
 	}
 	return ctrl.Result{RequeueAfter: etcdRequeueInSync}, nil
+}
+
+// reconcileEtcdRecovery acts on AnnotationEtcdRecover. While quorum is lost it
+// publishes the last roster with the recovery (etcd.PlanRecovery) added: the
+// survivor's sidecar restarts it with --force-new-cluster. Once members
+// confirm a quorum again the request is done; any other state refuses it. A
+// done or refused request is recorded as handled. It reports whether the
+// recovery is under way (the roster must then not be replaced).
+func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Cluster, observed etcd.Observed, o *observation) (bool, error) {
+	request := c.Annotations[AnnotationEtcdRecover]
+	if request == "" || o.etcd.hold || (c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest == request) {
+		return false, nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).EtcdRoster}, cm)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("getting etcd member roster: %w", err)
+	}
+	var last etcd.Roster
+	if raw := cm.Data[ConfigMapKeyRoster]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &last); err != nil {
+			return false, fmt.Errorf("parsing the published etcd member roster: %w", err)
+		}
+	}
+	rec, ok, msg := etcd.PlanRecovery(observed, request)
+	switch {
+	case ok && len(last.Members) == 0:
+		msg = fmt.Sprintf("ConfigMap %s holds no roster to add the recovery to; %s", NamesFor(c).EtcdRoster, msg)
+	case ok:
+		o.etcd.recovery = &condResult{false, etcd.ReasonRecovering, msg}
+		if last.Recover != nil && *last.Recover == rec {
+			return true, nil
+		}
+		last.Recover = &rec
+		desired, err := DesiredEtcdRosterConfigMap(c, last)
+		if err != nil {
+			return false, err
+		}
+		if err := ensure(ctx, r.Client, c, desired, func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
+			return false, err
+		}
+		r.event(c, corev1.EventTypeWarning, etcd.ReasonRecovering, "RecoverEtcd", msg)
+		log.FromContext(ctx).Info("recovering etcd from quorum loss", "member", rec.Name, "id", rec.ID, "request", request)
+		return true, nil
+	case last.Recover != nil && last.Recover.Request == request && observed.AnyReachable() && !observed.QuorumLost():
+		msg = fmt.Sprintf("quorum is back: the cluster was rebuilt from member %s (%s); the other members are added again as new members", last.Recover.Name, last.Recover.ID)
+		o.etcd.recovery = &condResult{true, etcd.ReasonRecovered, msg}
+		r.event(c, corev1.EventTypeNormal, etcd.ReasonRecovered, "RecoverEtcd", msg)
+		o.etcd.handledRequest = request
+		return false, nil
+	}
+	msg = "recovery refused: " + msg
+	o.etcd.recovery = &condResult{false, etcd.ReasonRecoveryRefused, msg}
+	r.event(c, corev1.EventTypeWarning, etcd.ReasonRecoveryRefused, "RecoverEtcd", msg)
+	o.etcd.handledRequest = request
+	return false, nil
+}
+
+// event records an Event about c when the Reconciler has a recorder.
+func (r *Reconciler) event(c *v1beta1.Cluster, eventType, reason, action, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(c, nil, eventType, reason, action, "%s", note)
+	}
 }
 
 // keepFinalizer adds the etcd finalizer to a live server pod and removes it
@@ -254,7 +355,7 @@ func (r *Reconciler) keepFinalizer(ctx context.Context, c *v1beta1.Cluster, pod 
 		return nil
 	}
 	peer := EtcdPeer(c, i)
-	peer.DataLost = reportsDataLost(pod)
+	peer.LostMemberID = lostMemberID(pod)
 	ok, reason := etcd.CanReleasePod(o, d, peer)
 	if !ok {
 		obs.etcd.held = append(obs.etcd.held, pod.Name+": "+reason)
@@ -303,21 +404,27 @@ func patchFinalizer(ctx context.Context, cl client.Client, pod *corev1.Pod, add 
 	return nil
 }
 
-// reportsDataLost reports whether the pod's etcd sidecar last stopped because
-// its data dir was lost (it writes etcd.DataLostMessage as its termination
-// message).
-func reportsDataLost(pod *corev1.Pod) bool {
+// lostMemberID is the member whose data the pod's etcd sidecar reports lost
+// (etcd.DataLostReport, its termination message), or 0. Only a sidecar that is
+// not running now reports anything: once it runs again the message left in its
+// last state is history, and must not get the member that replaced the lost
+// one removed the first time it misses a probe. The report names the member,
+// so that Plan acts on that member alone.
+func lostMemberID(pod *corev1.Pod) uint64 {
 	for _, s := range pod.Status.InitContainerStatuses {
-		if s.Name != "datastore" {
+		if s.Name != "datastore" || s.State.Running != nil {
 			continue
 		}
 		for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
-			if t != nil && strings.Contains(t.Message, etcd.DataLostMessage) {
-				return true
+			if t == nil {
+				continue
+			}
+			if id, ok := etcd.ParseDataLostReport(t.Message); ok {
+				return id
 			}
 		}
 	}
-	return false
+	return 0
 }
 
 // etcdReplicas is the StatefulSet's size for an etcd cluster.

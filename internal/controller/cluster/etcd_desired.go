@@ -33,13 +33,13 @@ func EtcdPeer(c *v1beta1.Cluster, i int) etcd.Peer {
 }
 
 // EtcdDesired is the membership the controller wants: server pods 0..servers-1.
-// dataLost names the pods whose member reported a lost data dir; they are
-// replaced under the same name.
-func EtcdDesired(c *v1beta1.Cluster, servers int32, dataLost map[string]bool) etcd.Desired {
+// lost maps the pods whose sidecar reported a lost data dir to the member that
+// lost it; that member is replaced under the same name.
+func EtcdDesired(c *v1beta1.Cluster, servers int32, lost map[string]uint64) etcd.Desired {
 	d := etcd.Desired{}
 	for i := range int(servers) {
 		p := EtcdPeer(c, i)
-		p.DataLost = dataLost[p.Name]
+		p.LostMemberID = lost[p.Name]
 		d.Members = append(d.Members, p)
 	}
 	return d
@@ -156,7 +156,7 @@ func EtcdArgs(c *v1beta1.Cluster) []string {
 // etcdSidecar is the etcd member as a native sidecar. Its startup probe holds
 // k3s back until the member has joined and votes; a member waiting to be added
 // is alive (liveness) but not ready. It writes its termination message on a
-// lost data dir (etcd.DataLostMessage), which the controller reads.
+// lost data dir (etcd.DataLostReport), which the controller reads.
 func etcdSidecar(c *v1beta1.Cluster, cfg Config) corev1.Container {
 	return corev1.Container{
 		Name:            "datastore",

@@ -64,31 +64,36 @@ func TestMemberOrdinalsMatchUnstartedMembersByPeerURL(t *testing.T) {
 	}
 }
 
-func TestReportsDataLostReadsTheTerminationMessage(t *testing.T) {
-	lost := &corev1.ContainerStateTerminated{ExitCode: 1, Message: etcd.DataLostMessage + "\n"}
+func TestLostMemberIDReadsTheTerminationMessageOfAStoppedSidecarOnly(t *testing.T) {
+	lost := &corev1.ContainerStateTerminated{ExitCode: 1, Message: etcd.DataLostReport(0xabc) + "\n"}
+	noID := &corev1.ContainerStateTerminated{ExitCode: 1, Message: etcd.DataLostMessage + "\n"}
 	other := &corev1.ContainerStateTerminated{ExitCode: 1, Message: "some other failure"}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
 	cases := []struct {
 		name   string
 		status corev1.ContainerStatus
-		want   bool
+		want   uint64
 	}{
-		{"last termination", corev1.ContainerStatus{Name: "datastore", LastTerminationState: corev1.ContainerState{Terminated: lost}}, true},
-		{"current state", corev1.ContainerStatus{Name: "datastore", State: corev1.ContainerState{Terminated: lost}}, true},
-		{"another failure", corev1.ContainerStatus{Name: "datastore", LastTerminationState: corev1.ContainerState{Terminated: other}}, false},
-		{"another container", corev1.ContainerStatus{Name: "k3s", LastTerminationState: corev1.ContainerState{Terminated: lost}}, false},
+		{"crash looping with the report as last termination", corev1.ContainerStatus{Name: "datastore", State: waiting, LastTerminationState: corev1.ContainerState{Terminated: lost}}, 0xabc},
+		{"terminated with the report", corev1.ContainerStatus{Name: "datastore", State: corev1.ContainerState{Terminated: lost}}, 0xabc},
+		{"running again: the report in the last state is history (defect 1)", corev1.ContainerStatus{Name: "datastore", State: running, LastTerminationState: corev1.ContainerState{Terminated: lost}}, 0},
+		{"a report without a member ID names no member", corev1.ContainerStatus{Name: "datastore", State: waiting, LastTerminationState: corev1.ContainerState{Terminated: noID}}, 0},
+		{"another failure", corev1.ContainerStatus{Name: "datastore", State: waiting, LastTerminationState: corev1.ContainerState{Terminated: other}}, 0},
+		{"another container", corev1.ContainerStatus{Name: "k3s", State: waiting, LastTerminationState: corev1.ContainerState{Terminated: lost}}, 0},
 	}
 	for _, tc := range cases {
 		pod := &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{tc.status}}}
-		if got := reportsDataLost(pod); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		if got := lostMemberID(pod); got != tc.want {
+			t.Errorf("%s: %x, want %x", tc.name, got, tc.want)
 		}
 	}
 }
 
 func TestEtcdDesiredMarksLostMembers(t *testing.T) {
 	c := sampleCluster()
-	d := EtcdDesired(c, 3, map[string]bool{"k3k-demo-server-1": true})
-	if len(d.Members) != 3 || d.Members[1].Name != "k3k-demo-server-1" || !d.Members[1].DataLost || d.Members[0].DataLost {
+	d := EtcdDesired(c, 3, map[string]uint64{"k3k-demo-server-1": 7})
+	if len(d.Members) != 3 || d.Members[1].Name != "k3k-demo-server-1" || d.Members[1].LostMemberID != 7 || d.Members[0].LostMemberID != 0 {
 		t.Fatalf("desired %+v", d.Members)
 	}
 	if d.Members[2].ClientURL != "https://k3k-demo-server-2.k3k-demo-server-headless.tenants.svc:2379" {

@@ -20,7 +20,7 @@ const ConditionEtcdMembership = "EtcdMembership"
 // Reasons of the etcd parts of the status.
 const (
 	ReasonQuorumHealthy    = "QuorumHealthy"
-	ReasonQuorumLost       = "QuorumLost"
+	ReasonQuorumLost       = etcd.ReasonQuorumLost
 	ReasonEtcdCAUnusable   = "EtcdCAUnusable"
 	ReasonNotObserved      = "NotObserved"
 	ReasonStepNotDone      = "StepNotDone"
@@ -78,6 +78,9 @@ func etcdDatastoreCondition(o observation) condResult {
 		return condResult{false, etcd.ReasonClusterUnreachable, "no etcd member answered"}
 	}
 	msg := fmt.Sprintf("%d/%d voting members healthy, quorum %d", q.HealthyVoters, q.Voters, q.Needed)
+	if o.etcd.observed.QuorumLost() {
+		return condResult{false, ReasonQuorumLost, etcd.QuorumLostMessage(*o.etcd.observed)}
+	}
 	if q.HealthyVoters >= q.Needed {
 		return condResult{true, ReasonQuorumHealthy, msg}
 	}
@@ -94,6 +97,13 @@ func etcdConditions(o observation, generation int64) []metav1.Condition {
 		return []metav1.Condition{{Type: ConditionEtcdMembership, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: generation}}
 	}
 	conds := etcd.Conditions(*o.etcd.observed, generation)
+	if rc := o.etcd.recovery; rc != nil {
+		st := metav1.ConditionFalse
+		if rc.ok {
+			st = metav1.ConditionTrue
+		}
+		conds = append(conds, metav1.Condition{Type: ConditionEtcdRecovery, Status: st, Reason: rc.reason, Message: rc.message, ObservedGeneration: generation})
+	}
 	m := metav1.Condition{Type: ConditionEtcdMembership, Status: metav1.ConditionTrue, Reason: o.etcd.action.Reason, Message: o.etcd.action.Message, ObservedGeneration: generation}
 	var notes []string
 	if o.etcd.actionErr != nil {
@@ -119,4 +129,16 @@ func etcdConditions(o observation, generation int64) []metav1.Condition {
 		m.Message = strings.Join(append([]string{m.Message}, notes...), "; ")
 	}
 	return append(conds, m)
+}
+
+// etcdRecoveryRequest is the recovery request handled last: the one handled
+// now, else the one recorded before (a record, like the resolved types).
+func etcdRecoveryRequest(c *v1beta1.Cluster, o observation) string {
+	if o.etcd.handledRequest != "" {
+		return o.etcd.handledRequest
+	}
+	if c.Status.Datastore != nil {
+		return c.Status.Datastore.RecoveryRequest
+	}
+	return ""
 }

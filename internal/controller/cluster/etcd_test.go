@@ -396,7 +396,7 @@ func TestEtcdMembersAndPodFinalizersAgainstARealMember(t *testing.T) {
 	if *sts.Spec.Replicas != 2 {
 		t.Errorf("replicas %d while member 1 is listed, want 2 (its pod goes only after the member)", *sts.Spec.Replicas)
 	}
-	list, err := cl.MemberList(context.Background(), EtcdPeer(c, 0).ClientURL)
+	list, err := cl.MemberList(context.Background(), EtcdPeer(c, 0).ClientURL, true)
 	if err != nil {
 		t.Fatal(err)
 	}

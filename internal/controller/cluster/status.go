@@ -78,7 +78,7 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 		Endpoint:           Endpoint(c),
 		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
 		PersistenceType:    o.settings.Persistence,
-		Datastore:          &v1beta1.DatastoreStatus{Type: o.settings.Datastore},
+		Datastore:          &v1beta1.DatastoreStatus{Type: o.settings.Datastore, RecoveryRequest: etcdRecoveryRequest(c, o)},
 	}
 	set := func(t string, ok bool, reason, msg string) {
 		status := metav1.ConditionFalse

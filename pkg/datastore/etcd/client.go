@@ -115,20 +115,24 @@ func (c *EtcdClient) Status(ctx context.Context, endpoint string) (MemberStatus,
 	}
 	return MemberStatus{
 		MemberID: r.Header.MemberId, Leader: r.Leader, IsLearner: r.IsLearner,
-		RaftIndex: r.RaftIndex, RaftAppliedIndex: r.RaftAppliedIndex, Revision: r.Header.Revision,
+		RaftTerm: r.RaftTerm, RaftIndex: r.RaftIndex, RaftAppliedIndex: r.RaftAppliedIndex, Revision: r.Header.Revision,
 		DBSize: r.DbSize, DBSizeInUse: r.DbSizeInUse, DBSizeQuota: r.DbSizeQuota,
 	}, nil
 }
 
 // MemberList implements Reader.
-func (c *EtcdClient) MemberList(ctx context.Context, endpoint string) ([]Member, error) {
+func (c *EtcdClient) MemberList(ctx context.Context, endpoint string, linearizable bool) ([]Member, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	cl, err := c.client(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	r, err := cl.MemberList(ctx, clientv3.WithSerializable())
+	var opts []clientv3.OpOption
+	if !linearizable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	r, err := cl.MemberList(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("listing members via %s: %w", endpoint, err)
 	}

@@ -120,7 +120,7 @@ func TestAMemberWhoseDataDirWasLostIsReplacedUnderItsNameAndCatchesUp(t *testing
 		t.Fatalf("starting with a wiped data dir: %v, want ErrDataLost", err)
 	}
 	// The controller sees the member's termination message and marks it.
-	d.Members[2].DataLost = true
+	d.Members[2].LostMemberID = oldID
 	actions := c.converge(d)
 	if actions[0].Type != etcd.ActionRemoveMember || actions[0].MemberID != oldID || actions[0].Reason != etcd.ReasonReplaceLostMember {
 		t.Fatalf("first action %+v, want removal of the old member %x", actions[0], oldID)

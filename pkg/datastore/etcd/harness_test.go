@@ -151,6 +151,8 @@ type cluster struct {
 	running map[string]*member.Member
 	roster  etcd.Roster
 	keys    []string
+	// recover is the recovery request the next start of a member performs.
+	recover map[string]string
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -247,6 +249,7 @@ func (c *cluster) start(name string) error {
 		ListenClientAddress: net.JoinHostPort(ip.String(), fmt.Sprint(c.ports[name][1])),
 		CAFile:              c.caFile, CertFile: certFile, KeyFile: keyFile,
 		Roster:            c.roster,
+		Recover:           c.recover[name],
 		QuotaBackendBytes: c.quota,
 		SnapshotCount:     100,
 		TickMs:            50, ElectionMs: 500,

@@ -21,6 +21,7 @@ const (
 	ReasonHealthy           = "Healthy"
 	ReasonMemberUnreachable = "MemberUnreachable"
 	ReasonNoAlarm           = "NoAlarm"
+	ReasonAlarmsUnknown     = "AlarmsUnknown"
 )
 
 // Conditions derives the etcd conditions from what was observed now, never from
@@ -31,25 +32,32 @@ func Conditions(o Observed, generation int64) []metav1.Condition {
 	switch {
 	case !o.AnyReachable() || len(o.Members) == 0:
 		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, ReasonClusterUnreachable, "no etcd member answered"
+	case o.QuorumLost():
+		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, ReasonQuorumLost, QuorumLostMessage(o)
 	case disagreement(o) != "":
 		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, ReasonMembershipConverging, disagreement(o)
 	case len(o.Alarms) > 0:
 		healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, alarmReason(o), describeAlarms(o)
 	default:
-		var down []string
 		for _, m := range o.Members {
 			if !o.Healthy(m.ID) {
-				down = append(down, describe(m))
+				healthy.Status, healthy.Reason = metav1.ConditionFalse, ReasonMemberUnreachable
+				healthy.Message = strings.Join(MemberReport(o), "; ")
+				break
 			}
 		}
-		if len(down) > 0 {
-			healthy.Status, healthy.Reason = metav1.ConditionFalse, ReasonMemberUnreachable
-			healthy.Message = "not answering: " + strings.Join(down, ", ")
+		if healthy.Status == metav1.ConditionTrue && o.AlarmsUnknown != "" {
+			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, ReasonAlarmsUnknown, o.AlarmsUnknown
 		}
 	}
 	alarm := metav1.Condition{Type: ConditionAlarm, Status: metav1.ConditionFalse, Reason: ReasonNoAlarm, ObservedGeneration: generation}
-	if len(o.Alarms) > 0 {
+	switch {
+	case len(o.Alarms) > 0:
 		alarm.Status, alarm.Reason, alarm.Message = metav1.ConditionTrue, alarmReason(o), describeAlarms(o)
+	case o.QuorumLost():
+		alarm.Status, alarm.Reason, alarm.Message = metav1.ConditionUnknown, ReasonQuorumLost, o.AlarmsUnknown
+	case o.AlarmsUnknown != "":
+		alarm.Status, alarm.Reason, alarm.Message = metav1.ConditionUnknown, ReasonAlarmsUnknown, o.AlarmsUnknown
 	}
 	return []metav1.Condition{healthy, alarm}
 }

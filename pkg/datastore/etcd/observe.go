@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -13,9 +14,13 @@ type Reader interface {
 	// Status fills everything in MemberStatus but Endpoint, Reachable, Error
 	// and MemberIDs.
 	Status(ctx context.Context, endpoint string) (MemberStatus, error)
-	// MemberList is the member list as that member sees it (serializable), so
-	// that a member that disagrees with the others shows up.
-	MemberList(ctx context.Context, endpoint string) ([]Member, error)
+	// MemberList is the member list as that member sees it. Linearizable, it
+	// is confirmed through a quorum (kubeadm reads it so): a member cut off
+	// from its peers cannot answer it and so never passes off a stale list as
+	// the cluster's. Serializable, it is the member's own copy, answered even
+	// without quorum; Observe uses it only to report on a cluster that lost
+	// quorum.
+	MemberList(ctx context.Context, endpoint string, linearizable bool) ([]Member, error)
 	AlarmList(ctx context.Context, endpoint string) ([]Alarm, error)
 }
 
@@ -71,43 +76,64 @@ func Observe(ctx context.Context, r Reader, endpoints []string) Observed {
 			}
 		}
 	}
-	// The leader's view wins; a follower's view can only lag behind it.
+	// The leader's confirmed view wins; a follower's can only lag behind it.
 	var viewer *MemberStatus
 	for i := range o.Statuses {
 		s := &o.Statuses[i]
 		if !s.Reachable {
 			continue
 		}
-		if !s.IsLearner && (viewer == nil || (s.Leader != 0 && s.MemberID == s.Leader)) {
+		if s.Confirmed() && !s.IsLearner && (viewer == nil || (s.Leader != 0 && s.MemberID == s.Leader)) {
 			viewer = s
 		}
-		if s.Leader != 0 && o.Leader == 0 {
+		if s.Leader != 0 && o.Leader == 0 && s.Confirmed() {
 			o.Leader = s.Leader
 		}
 	}
 	if viewer == nil {
+		// No member confirmed its list: quorum is lost (or only learners
+		// answered). Report the list of the most advanced member that has one,
+		// marked unconfirmed, so the status can say member by member what
+		// answered; Plan changes nothing on it.
+		for i := range o.Statuses {
+			s := &o.Statuses[i]
+			if s.Reachable && !s.IsLearner && lists[s.MemberID] != nil && (viewer == nil || s.RaftIndex > viewer.RaftIndex) {
+				viewer = s
+			}
+		}
+		if viewer == nil {
+			return o
+		}
+		o.Members, o.MembersUnconfirmed = lists[viewer.MemberID], true
+		o.AlarmsUnknown = "no member could confirm quorum, so the alarms could not be listed"
 		return o
 	}
 	o.Members = lists[viewer.MemberID]
-	// Alarms are cluster-wide; ask a voting member (learners refuse the call).
+	// Alarms are cluster-wide; ask a voting member that has quorum (learners
+	// refuse the call). A failure is reported, never read as "no alarm".
+	var errs []string
 	for _, s := range o.Statuses {
-		if s.Reachable && !s.IsLearner {
+		if s.Confirmed() && !s.IsLearner {
 			actx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 			alarms, err := r.AlarmList(actx, s.Endpoint)
 			cancel()
 			if err == nil {
-				o.Alarms = alarms
+				o.Alarms, errs = alarms, nil
 				break
 			}
+			errs = append(errs, err.Error())
 		}
+	}
+	if len(errs) > 0 {
+		o.AlarmsUnknown = "listing the alarms failed: " + strings.Join(errs, "; ")
 	}
 	return o
 }
 
 func probe(ctx context.Context, r Reader, ep string) (MemberStatus, []Member, error) {
-	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	sctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
-	st, err := r.Status(ctx, ep)
+	st, err := r.Status(sctx, ep)
 	if err != nil {
 		return MemberStatus{}, nil, err
 	}
@@ -116,9 +142,18 @@ func probe(ctx context.Context, r Reader, ep string) (MemberStatus, []Member, er
 		// Learners serve no member list; their view is not compared.
 		return st, nil, nil
 	}
-	members, err := r.MemberList(ctx, ep)
+	lctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	members, err := r.MemberList(lctx, ep, true)
 	if err != nil {
-		return MemberStatus{}, nil, err
+		// The member answers for itself but not through a quorum. Its own copy
+		// of the list is kept for the report only.
+		st.QuorumError = err.Error()
+		uctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+		defer cancel()
+		if members, err = r.MemberList(uctx, ep, false); err != nil {
+			return st, nil, nil
+		}
 	}
 	st.MemberIDs = make([]uint64, 0, len(members))
 	for _, m := range members {

@@ -28,6 +28,7 @@ const (
 const (
 	ReasonInSync               = "InSync"
 	ReasonClusterUnreachable   = "ClusterUnreachable"
+	ReasonQuorumLost           = "QuorumLost"
 	ReasonMembershipConverging = "MembershipConverging"
 	ReasonReplaceLostMember    = "ReplaceLostMember"
 	ReasonPeerURLChanged       = "PeerURLChanged"
@@ -89,13 +90,17 @@ const defragThresholdPercent = 20
 const disarmBelowPercent = 80
 
 // Plan decides the single next step towards d from o. It is pure. In order:
-// nothing when no member answers or members disagree about membership; replace a
-// member that lost its data; fix a peer URL; handle alarms; promote a caught-up
+// nothing when no member answers, when quorum is lost (no member can confirm
+// the member list) or members disagree about membership; replace a member that
+// lost its data; fix a peer URL; handle alarms; promote a caught-up
 // learner; remove a member nobody wants (dead ones first, the leader last, after
 // moving leadership away); add the next missing member as a learner.
 func Plan(o Observed, d Desired) Action {
 	if !o.AnyReachable() || len(o.Members) == 0 {
 		return none(ReasonClusterUnreachable, "no etcd member answered")
+	}
+	if o.QuorumLost() {
+		return none(ReasonQuorumLost, QuorumLostMessage(o))
 	}
 	if msg := disagreement(o); msg != "" {
 		return none(ReasonMembershipConverging, msg)
@@ -104,7 +109,10 @@ func Plan(o Observed, d Desired) Action {
 
 	for _, p := range d.Members {
 		m, ok := o.MemberFor(p)
-		if p.DataLost && ok && m.Started() && !o.Healthy(m.ID) {
+		// Only the member the report names: after its replacement the report
+		// may linger in the pod's status, and must not remove the new member
+		// the first time it misses a probe.
+		if p.LostMemberID != 0 && ok && m.ID == p.LostMemberID && m.Started() && !o.Healthy(m.ID) {
 			return removal(o, m, ReasonReplaceLostMember,
 				fmt.Sprintf("member %s lost its data; removing %s so it can rejoin under the same name", p.Name, FormatID(m.ID)))
 		}
@@ -163,13 +171,18 @@ func Plan(o Observed, d Desired) Action {
 // CanReleasePod decides whether the finalizer of server pod p may be removed now.
 // It releases when the pod's member is gone already, when the pod stays a desired
 // member (a restart or reschedule: the pod comes back under the same name with
-// its data), and when no member answers at all, since then nothing can be removed
-// and holding the pod could only deadlock the cluster's recovery. Otherwise the
+// its data), and when no member answers at all or quorum is lost, since then
+// nothing can be removed and holding the pod could only deadlock the cluster's
+// recovery: the StatefulSet must be free to bring the pod back so that its
+// member can restore quorum. Otherwise the
 // member must be removed first, and the reason says whether Plan will do that
 // (RemoveMemberFirst) or refuses (QuorumAtRisk, LastMember).
 func CanReleasePod(o Observed, d Desired, p Peer) (bool, string) {
 	if !o.AnyReachable() {
 		return true, ReasonClusterDown
+	}
+	if o.QuorumLost() {
+		return true, ReasonQuorumLost
 	}
 	m, ok := o.MemberFor(p)
 	if !ok {
@@ -311,12 +324,15 @@ func caughtUp(o Observed, m Member) bool {
 	return s.RaftAppliedIndex*100 >= l.RaftIndex*learnerReadyPercent
 }
 
-// disagreement describes how the members' views of the member list differ.
+// disagreement describes how the confirmed views of the member list differ. A
+// member that could not confirm its list (cut off from the quorum) is not
+// compared: it is unhealthy, and must not block every step, its own removal
+// included.
 func disagreement(o Observed) string {
 	var first *MemberStatus
 	for i := range o.Statuses {
 		s := &o.Statuses[i]
-		if !s.Reachable || s.IsLearner {
+		if !s.Confirmed() || s.IsLearner {
 			continue
 		}
 		if first == nil {
@@ -348,6 +364,46 @@ func healthyVoterEndpoint(o Observed, exclude ...uint64) string {
 		}
 	}
 	return best
+}
+
+// QuorumLostMessage says member by member what answered, for a cluster whose
+// members cannot confirm a quorum.
+func QuorumLostMessage(o Observed) string {
+	voters, healthy := 0, 0
+	for _, m := range o.voters() {
+		voters++
+		if o.Healthy(m.ID) {
+			healthy++
+		}
+	}
+	return fmt.Sprintf("quorum lost: %d of %d voting members healthy, %d needed; %s; nothing is changed until a majority is back; if it cannot come back, recover from the most advanced survivor with k3kcli cluster recover (see docs/etcd.md)",
+		healthy, voters, voters/2+1, strings.Join(MemberReport(o), "; "))
+}
+
+// MemberReport says for each listed member what it answered: healthy, answered
+// without quorum (and why), or not answering (and why).
+func MemberReport(o Observed) []string {
+	out := make([]string, 0, len(o.Members))
+	for _, m := range o.Members {
+		s, answered := o.Status(m.ID)
+		switch {
+		case answered && o.Healthy(m.ID):
+			out = append(out, describe(m)+" healthy")
+		case answered && s.QuorumError != "":
+			out = append(out, fmt.Sprintf("%s answered but cannot reach a quorum (%s)", describe(m), s.QuorumError))
+		case answered:
+			out = append(out, describe(m)+" answered but knows no leader")
+		default:
+			why := "not asked"
+			for _, st := range o.Statuses {
+				if !st.Reachable && slices.Contains(m.ClientURLs, st.Endpoint) {
+					why = st.Error
+				}
+			}
+			out = append(out, fmt.Sprintf("%s not answering (%s)", describe(m), why))
+		}
+	}
+	return out
 }
 
 func none(reason, msg string) Action { return Action{Type: ActionNone, Reason: reason, Message: msg} }

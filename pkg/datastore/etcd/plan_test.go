@@ -14,17 +14,23 @@ type world struct {
 	alarms   []Alarm
 	lagging  map[uint64]bool
 	disagree bool
+	// cutOff members answer for themselves but cannot confirm a quorum; they
+	// list only themselves (a stale view).
+	cutOff map[uint64]bool
+	// noQuorum: no member confirms a quorum (2 of 3 down, say); Members is
+	// the survivors' unconfirmed view.
+	noQuorum bool
 }
 
 func (w world) observed() Observed {
-	o := Observed{Members: w.members, Leader: w.leader, Alarms: w.alarms}
+	o := Observed{Members: w.members, Leader: w.leader, Alarms: w.alarms, MembersUnconfirmed: w.noQuorum}
 	ids := make([]uint64, 0, len(w.members))
 	for _, m := range w.members {
 		ids = append(ids, m.ID)
 	}
 	for i, m := range w.members {
 		if w.down[m.ID] || !m.Started() {
-			o.Statuses = append(o.Statuses, MemberStatus{Endpoint: "https://" + m.Name + ":2379", Error: "unreachable"})
+			o.Statuses = append(o.Statuses, MemberStatus{Endpoint: ep(m.Name), Error: "unreachable"})
 			continue
 		}
 		applied := uint64(1000)
@@ -35,8 +41,15 @@ func (w world) observed() Observed {
 		if w.disagree && i == 0 {
 			list = ids[:len(ids)-1]
 		}
-		o.Statuses = append(o.Statuses, MemberStatus{Endpoint: ep(m.Name), Reachable: true, MemberID: m.ID, Leader: w.leader,
-			IsLearner: m.IsLearner, RaftIndex: 1000, RaftAppliedIndex: applied, MemberIDs: list})
+		st := MemberStatus{Endpoint: ep(m.Name), Reachable: true, MemberID: m.ID, Leader: w.leader,
+			IsLearner: m.IsLearner, RaftIndex: 1000, RaftAppliedIndex: applied, MemberIDs: list}
+		if w.cutOff[m.ID] || w.noQuorum {
+			st.QuorumError = "context deadline exceeded"
+		}
+		if w.cutOff[m.ID] {
+			st.MemberIDs = []uint64{m.ID}
+		}
+		o.Statuses = append(o.Statuses, st)
 	}
 	return o
 }
@@ -71,7 +84,10 @@ func want(names ...string) Desired {
 func TestPlan(t *testing.T) {
 	three := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2")}
 	lost := want("m0", "m1", "m2")
-	lost.Members[2].DataLost = true
+	lost.Members[2].LostMemberID = 3
+	// The report of a member that was replaced since (3 became 33) lingers
+	// in the pod's last state.
+	replaced := []Member{voter(1, "m0"), voter(2, "m1"), voter(33, "m2")}
 	moved := want("m0", "m1", "m2")
 	moved.Members[1].PeerURL = "https://m1.elsewhere.svc:2380"
 	cases := []struct {
@@ -115,6 +131,16 @@ func TestPlan(t *testing.T) {
 			world{members: three, leader: 1, down: map[uint64]bool{3: true}}, lost, ActionRemoveMember, ReasonReplaceLostMember, 3, ""},
 		{"a member marked as lost that answers is not replaced",
 			world{members: three, leader: 1}, lost, ActionNone, ReasonInSync, 0, ""},
+		{"an old data-lost report does not remove the member that replaced the lost one when it misses a probe (defect 1)",
+			world{members: replaced, leader: 1, down: map[uint64]bool{33: true}}, lost, ActionNone, ReasonInSync, 0, ""},
+		{"nothing is changed while quorum is lost, and the reason says so (defect 4)",
+			world{members: three, leader: 0, noQuorum: true, down: map[uint64]bool{2: true, 3: true}}, want("m0"), ActionNone, ReasonQuorumLost, 0, ""},
+		{"a member cut off from its peers does not block the others: its stale list is not compared (defect 6)",
+			world{members: three, leader: 1, cutOff: map[uint64]bool{3: true}}, want("m0", "m1", "m2"), ActionNone, ReasonInSync, 0, ""},
+		{"a member cut off from its peers is unhealthy and can be removed (defect 6)",
+			world{members: three, leader: 1, cutOff: map[uint64]bool{3: true}}, want("m0", "m1"), ActionRemoveMember, ReasonNotDesired, 3, ""},
+		{"no member is added while a voter is cut off from its peers (defect 6)",
+			world{members: three, leader: 1, cutOff: map[uint64]bool{3: true}}, want("m0", "m1", "m2", "m3"), ActionNone, ReasonMemberUnhealthy, 0, ""},
 		{"after a replacement's removal the name is added again",
 			world{members: three[:2], leader: 1}, lost, ActionAddLearner, ReasonScaleUp, 0, "https://m2.svc:2380"},
 		{"a peer URL that differs from the desired one is updated, keyed on the name",
@@ -182,6 +208,10 @@ func TestCanReleasePod(t *testing.T) {
 			world{members: three, leader: 1}, want("m0", "m1"), "m2", false, ReasonRemoveMemberFirst},
 		{"a leaving member whose removal loses quorum is held",
 			world{members: three, leader: 1, down: map[uint64]bool{2: true}}, want("m0", "m1"), "m2", false, ReasonQuorumAtRisk},
+		{"quorum lost while scaling down: release, the pod must come back for its member to restore quorum (defect 2)",
+			world{members: three, noQuorum: true, down: map[uint64]bool{2: true, 3: true}}, want("m0"), "m2", true, ReasonQuorumLost},
+		{"quorum lost: a pod of a desired member is released too",
+			world{members: three, noQuorum: true, down: map[uint64]bool{2: true, 3: true}}, want("m0"), "m0", true, ReasonQuorumLost},
 		{"the last member is held",
 			world{members: three[:1], leader: 1}, Desired{}, "m0", false, ReasonLastMember},
 	}
@@ -206,5 +236,74 @@ func TestRosterForNamesAddedMembersByTheirDesiredPod(t *testing.T) {
 	}
 	if _, ok := RosterFor("tok", world{members: w.members, down: map[uint64]bool{1: true}}.observed(), want("m0")); ok {
 		t.Fatal("a roster was built with no member answering")
+	}
+}
+
+func TestConditionsUnderQuorumLossAgreeAndSayMemberByMemberWhatAnswered(t *testing.T) {
+	three := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2")}
+	o := world{members: three, noQuorum: true, down: map[uint64]bool{2: true, 3: true}}.observed()
+	o.AlarmsUnknown = "no member could confirm quorum, so the alarms could not be listed"
+	conds := Conditions(o, 1)
+	healthy, alarm := conds[0], conds[1]
+	if healthy.Status != "False" || healthy.Reason != ReasonQuorumLost {
+		t.Fatalf("EtcdHealthy %s/%s, want False/%s", healthy.Status, healthy.Reason, ReasonQuorumLost)
+	}
+	for _, want := range []string{"m0 (1) answered but cannot reach a quorum", "m1 (2) not answering (unreachable)", "m2 (3) not answering", "0 of 3 voting members healthy, 2 needed"} {
+		if !strings.Contains(healthy.Message, want) {
+			t.Errorf("EtcdHealthy message %q does not say %q", healthy.Message, want)
+		}
+	}
+	if alarm.Status != "Unknown" || alarm.Reason != ReasonQuorumLost {
+		t.Errorf("EtcdAlarm %s/%s, want Unknown/%s: alarms that could not be listed are not \"no alarm\"", alarm.Status, alarm.Reason, ReasonQuorumLost)
+	}
+	if a := Plan(o, want("m0", "m1", "m2")); a.Reason != healthy.Reason {
+		t.Errorf("Plan says %s, EtcdHealthy says %s: one reason for one state", a.Reason, healthy.Reason)
+	}
+}
+
+func TestAFailedAlarmListIsNotNoAlarm(t *testing.T) {
+	three := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2")}
+	o := world{members: three, leader: 1}.observed()
+	o.AlarmsUnknown = "listing the alarms failed: context deadline exceeded"
+	conds := Conditions(o, 1)
+	if conds[0].Status != "False" || conds[0].Reason != ReasonAlarmsUnknown {
+		t.Errorf("EtcdHealthy %s/%s with unknown alarms", conds[0].Status, conds[0].Reason)
+	}
+	if conds[1].Status != "Unknown" || conds[1].Reason != ReasonAlarmsUnknown {
+		t.Errorf("EtcdAlarm %s/%s with unknown alarms, want Unknown/%s", conds[1].Status, conds[1].Reason, ReasonAlarmsUnknown)
+	}
+}
+
+func TestDataLostReportNamesOneMember(t *testing.T) {
+	if id, ok := ParseDataLostReport(DataLostReport(0xabc) + "\n"); !ok || id != 0xabc {
+		t.Fatalf("parsed %x %v", id, ok)
+	}
+	for _, msg := range []string{DataLostMessage, "some other failure", DataLostMessage + " (member zz)"} {
+		if _, ok := ParseDataLostReport(msg); ok {
+			t.Errorf("%q parsed as a report about one member", msg)
+		}
+	}
+}
+
+func TestPlanRecoveryPicksTheMostAdvancedSurvivorAndOnlyUnderQuorumLoss(t *testing.T) {
+	five := []Member{voter(1, "m0"), voter(2, "m1"), voter(3, "m2"), voter(4, "m3"), voter(5, "m4")}
+	o := world{members: five, noQuorum: true, down: map[uint64]bool{4: true, 5: true, 1: true}}.observed()
+	for i := range o.Statuses {
+		switch o.Statuses[i].MemberID {
+		case 2:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 7, 900
+		case 3:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 8, 850
+		}
+	}
+	rec, ok, msg := PlanRecovery(o, "r")
+	if !ok || rec.Name != "m2" || rec.ID != "3" || rec.Request != "r" {
+		t.Fatalf("recovery %+v %v %s, want m2: the higher term wins over the longer log", rec, ok, msg)
+	}
+	if _, ok, msg := PlanRecovery(world{members: five, leader: 1}.observed(), "r"); ok || !strings.Contains(msg, "quorum") {
+		t.Fatalf("recovery of a healthy cluster: %v %s, want a refusal", ok, msg)
+	}
+	if _, ok, _ := PlanRecovery(world{members: five, down: map[uint64]bool{1: true, 2: true, 3: true, 4: true, 5: true}}.observed(), "r"); ok {
+		t.Fatal("recovery with no member answering")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // ClusterState tells a member with an empty data dir whether it bootstraps a new
@@ -29,6 +30,21 @@ type Roster struct {
 	// members of two clusters can never join each other by accident.
 	Token   string         `json:"token"`
 	Members []RosterMember `json:"members"`
+	// Recover, set only while an operator's recovery from quorum loss is
+	// under way, names the surviving member that rebuilds the cluster from
+	// its data alone (etcd's --force-new-cluster).
+	Recover *Recovery `json:"recover,omitempty"`
+}
+
+// Recovery names the member that rebuilds a cluster which lost quorum.
+type Recovery struct {
+	// Name and ID are the member's; a member acts on the recovery only when
+	// both are its own.
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	// Request identifies the operator's request, so that a member rebuilds
+	// the cluster once per request, never again on a restart.
+	Request string `json:"request"`
 }
 
 // RosterMember is one member of the Roster.
@@ -42,10 +58,31 @@ type RosterMember struct {
 	Started bool `json:"started,omitempty"`
 }
 
-// DataLostMessage is what a member whose data dir was lost writes as its
-// container's termination message; the controller looks for it to mark the
-// pod's Peer as DataLost and replace the member.
+// DataLostMessage starts what a member whose data dir was lost writes as its
+// container's termination message (DataLostReport); the controller reads it to
+// set the pod's Peer.LostMemberID and replace that member.
 const DataLostMessage = "etcd member data dir lost: the controller must replace this member"
+
+// DataLostReport is the termination message for the lost member id.
+func DataLostReport(id uint64) string {
+	return fmt.Sprintf("%s (member %s)", DataLostMessage, FormatID(id))
+}
+
+// ParseDataLostReport returns the member ID a termination message reports as
+// lost, and false for any other message (including a report without an ID,
+// which cannot be tied to one member).
+func ParseDataLostReport(msg string) (uint64, bool) {
+	_, rest, ok := strings.Cut(msg, DataLostMessage+" (member ")
+	if !ok {
+		return 0, false
+	}
+	hex, _, ok := strings.Cut(rest, ")")
+	if !ok {
+		return 0, false
+	}
+	id, err := ParseID(hex)
+	return id, err == nil && id != 0
+}
 
 // FormatID writes a member ID the way etcd prints it.
 func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
@@ -60,10 +97,11 @@ func InitialRoster(token string, first Peer) Roster {
 }
 
 // RosterFor is the roster to publish after observing o: every listed member under
-// its desired name. It returns false when no member answered, because then the
-// controller knows nothing new and must keep the roster it published last.
+// its desired name. It returns false when no member answered or none could
+// confirm the member list through a quorum, because then the controller knows
+// nothing new and must keep the roster it published last.
 func RosterFor(token string, o Observed, d Desired) (Roster, bool) {
-	if !o.AnyReachable() || len(o.Members) == 0 {
+	if !o.AnyReachable() || len(o.Members) == 0 || o.MembersUnconfirmed {
 		return Roster{}, false
 	}
 	r := Roster{State: ClusterStateExisting, Token: token}

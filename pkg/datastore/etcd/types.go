@@ -42,6 +42,7 @@ type MemberStatus struct {
 	MemberID         uint64
 	Leader           uint64
 	IsLearner        bool
+	RaftTerm         uint64
 	RaftIndex        uint64
 	RaftAppliedIndex uint64
 	Revision         int64
@@ -50,17 +51,34 @@ type MemberStatus struct {
 	DBSizeQuota      int64
 	// MemberIDs is the member list as this member sees it, sorted.
 	MemberIDs []uint64
+	// QuorumError is set when the member answered for itself but could not
+	// confirm its member list with a linearizable read: it is cut off from a
+	// quorum (partitioned, or the cluster lost quorum). Such a member is not
+	// healthy and its member list is not trusted (kubeadm reads the list the
+	// same way). Learners are never asked.
+	QuorumError string
 }
+
+// Confirmed reports whether the member answered and confirmed its member list
+// through a quorum (or is a learner, which is not asked for one).
+func (s MemberStatus) Confirmed() bool { return s.Reachable && s.QuorumError == "" }
 
 // Observed is the cluster as seen now. It is a plain value so that Plan and
 // CanReleasePod can be table-tested without etcd.
 type Observed struct {
 	// Members is the member list as reported by the leader (or, with no leader
-	// reachable, by the first member that answered).
-	Members []Member
+	// reachable, by the first member that confirmed it). When no member could
+	// confirm a list (quorum lost) it is the list a member that answered holds,
+	// unconfirmed, and MembersUnconfirmed is set: good for reporting which
+	// members exist, never for deciding a change.
+	Members            []Member
+	MembersUnconfirmed bool
 	// Leader is the leader's ID, 0 when no reachable member knows one.
 	Leader uint64
 	Alarms []Alarm
+	// AlarmsUnknown says why the alarms could not be listed; Alarms is then
+	// empty, which must not be read as "no alarm".
+	AlarmsUnknown string
 	// Statuses has one entry per endpoint asked, reachable or not.
 	Statuses []MemberStatus
 }
@@ -75,10 +93,18 @@ func (o Observed) Status(id uint64) (MemberStatus, bool) {
 	return MemberStatus{}, false
 }
 
-// Healthy reports whether the member with id answered and knows a leader.
+// Healthy reports whether the member with id answered, knows a leader and (for
+// a voter) confirmed the member list through a quorum.
 func (o Observed) Healthy(id uint64) bool {
 	s, ok := o.Status(id)
-	return ok && s.Leader != 0
+	return ok && s.Leader != 0 && s.QuorumError == ""
+}
+
+// QuorumLost reports whether members answered but none of them could confirm
+// the member list through a quorum: nothing can be changed until a majority of
+// the voters is back (or an operator recovers the cluster from a survivor).
+func (o Observed) QuorumLost() bool {
+	return o.AnyReachable() && o.MembersUnconfirmed
 }
 
 // AnyReachable reports whether any member answered at all.
@@ -122,10 +148,13 @@ type Peer struct {
 	// https://<pod>.k3k-<cluster>-server-headless.<ns>.svc:2380.
 	PeerURL   string
 	ClientURL string
-	// DataLost is set by the controller when the pod's member reported
-	// member.ErrDataLost (its data dir is empty but it was a started member): the
-	// old member must be removed and the pod added again under the same name.
-	DataLost bool
+	// LostMemberID is set by the controller when the pod's sidecar reported
+	// member.ErrDataLost (its data dir is empty but the roster lists it as a
+	// started member): the ID of the member whose data is gone. That member is
+	// removed and the pod added again under the same name. The ID makes the
+	// report about one member: once that member is replaced, an old report left
+	// in the container's last state can never remove the new one.
+	LostMemberID uint64
 }
 
 // Desired is the membership the controller wants: every server pod that should

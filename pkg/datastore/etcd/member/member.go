@@ -15,9 +15,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/pkg/v3/featuregate"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/features"
 	"go.uber.org/zap"
 
 	"github.com/k3k-io/k3k/pkg/datastore"
@@ -26,6 +30,10 @@ import (
 
 // Kind is the datastore kind this package serves.
 const Kind = "etcd"
+
+// CorruptCheckInterval is how often the leader compares every member's hash of
+// its key-value store besides each compaction.
+const CorruptCheckInterval = 5 * time.Minute
 
 // Default listen addresses: all addresses, because the pod's IP is not known
 // in advance and must not matter.
@@ -42,6 +50,10 @@ var (
 	// one that has run. Rejoining under its old member ID with no log would break
 	// raft's guarantees, so the controller must replace it (etcd.Peer.DataLost).
 	ErrDataLost = errors.New(etcd.DataLostMessage)
+	// ErrRemoved: the member was removed from the cluster while it ran (or
+	// while it was away). Its data is of no further use to the cluster: the
+	// runner sets it aside (SetAside) and waits to be added again.
+	ErrRemoved = errors.New("etcd member was removed from the cluster")
 )
 
 // Config is one member's configuration.
@@ -75,6 +87,12 @@ type Config struct {
 	Logger *zap.Logger
 	// UnsafeNoFsync trades durability for speed; tests only.
 	UnsafeNoFsync bool
+	// Recover, when set, is an operator's request (etcd.Recovery.Request) to
+	// rebuild a cluster that lost quorum from this member's data alone
+	// (etcd's --force-new-cluster): every other member is dropped from the
+	// membership and added again later by the controller. The member records
+	// the request once it serves (RecoveryDone), so that it is done once.
+	Recover string
 }
 
 // Bootstrap is how a member starts: etcd's initial cluster state and list.
@@ -88,21 +106,47 @@ type Bootstrap struct {
 	DiscardData bool
 }
 
-// Plan decides how a member named name with peerURL starts. dataID is the member
-// ID recorded in the data dir (0 when there is no data, or it is not known). It
-// is pure, so every case is tested without etcd.
-func Plan(name, peerURL string, hasData bool, dataID uint64, r etcd.Roster) (Bootstrap, error) {
+// DataDir is what a member's data dir holds, as readDataDir finds it.
+type DataDir struct {
+	// HasData: the dir holds a member's data (a non-empty WAL).
+	HasData bool
+	// ID is the member ID recorded for that data (0: not known).
+	ID uint64
+	// RemovedID is the ID of the member whose data was set aside here because
+	// it was removed from the cluster (0: none). A roster that still lists
+	// the name under that ID is behind: the member waits for the next one.
+	RemovedID uint64
+}
+
+// Plan decides how a member named name with peerURL starts, given what its data
+// dir holds and the roster. It is pure, so every case is tested without etcd.
+//
+// A readable roster of an existing cluster that does not list a member with
+// data means the member was removed (scaled away, replaced, or left out of a
+// recovered cluster): it does not start from that data, which its peers would
+// refuse ("permanently removed"), but waits to be added again; the data is set
+// aside once the roster lists the name under a new ID.
+func Plan(name, peerURL string, dir DataDir, r etcd.Roster) (Bootstrap, error) {
 	self, listed := r.Find(name)
-	if hasData {
-		if listed && self.ID != "" && dataID != 0 {
-			if id, err := etcd.ParseID(self.ID); err == nil && id != dataID && !self.Started {
-				return plan(name, peerURL, r, self, true)
-			}
+	var rosterID uint64
+	if listed && self.ID != "" {
+		rosterID, _ = etcd.ParseID(self.ID)
+	}
+	if dir.HasData {
+		if listed && rosterID != 0 && dir.ID != 0 && rosterID != dir.ID && !self.Started {
+			return plan(name, peerURL, r, self, true)
+		}
+		if !listed && r.State == etcd.ClusterStateExisting && len(r.Members) > 0 {
+			return Bootstrap{}, fmt.Errorf("%w: the roster of the existing cluster no longer lists this member, whose data dir holds member %s: waiting to be added again",
+				ErrNotAMember, etcd.FormatID(dir.ID))
 		}
 		return Bootstrap{FromData: true, State: etcd.ClusterStateExisting, InitialCluster: name + "=" + peerURL}, nil
 	}
 	if !listed {
 		return Bootstrap{}, ErrNotAMember
+	}
+	if dir.RemovedID != 0 && rosterID == dir.RemovedID {
+		return Bootstrap{}, fmt.Errorf("%w: the roster still lists the removed member %s", ErrNotAMember, self.ID)
 	}
 	if self.Started && r.State == etcd.ClusterStateExisting {
 		return Bootstrap{}, ErrDataLost
@@ -122,13 +166,33 @@ func plan(name, peerURL string, r etcd.Roster, self etcd.RosterMember, discard b
 }
 
 // idFile records the member ID a data dir was created for, so that a data dir
-// left behind by an earlier incarnation of the same name is recognised.
-const idFile = "k3k-member-id"
+// left behind by an earlier incarnation of the same name is recognised;
+// removedFile the ID of a member whose data was set aside after its removal.
+const (
+	idFile      = "k3k-member-id"
+	removedFile = "k3k-removed-id"
+	// recoveredFile records the last recovery request this member performed.
+	recoveredFile = "k3k-recovered-request"
+)
+
+// RecoveryDone reports whether the member with data in dataDir has already
+// rebuilt the cluster for request.
+func RecoveryDone(dataDir, request string) bool {
+	b, err := os.ReadFile(filepath.Join(dataDir, recoveredFile))
+	return err == nil && strings.TrimSpace(string(b)) == request
+}
+
+// staleSuffix names a set-aside data dir: <data-dir>.stale-<unix nanoseconds>.
+const staleSuffix = ".stale-"
 
 // Member is a running etcd member.
 type Member struct {
-	cfg  Config
-	etcd *embed.Etcd
+	cfg       Config
+	etcd      *embed.Etcd
+	closing   atomic.Bool
+	closeOnce sync.Once
+	closed    chan struct{}
+	failed    chan error
 }
 
 var _ datastore.Datastore = (*Member)(nil)
@@ -141,20 +205,21 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.Name == "" || cfg.DataDir == "" || cfg.PeerURL == "" || cfg.ClientURL == "" {
 		return nil, errors.New("etcd member: name, data dir, peer URL and client URL are required")
 	}
-	hasData, dataID, err := readData(cfg.DataDir)
+	dir, err := ReadDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	b, err := Plan(cfg.Name, cfg.PeerURL, hasData, dataID, cfg.Roster)
+	b, err := Plan(cfg.Name, cfg.PeerURL, dir, cfg.Roster)
 	if err != nil {
 		return nil, fmt.Errorf("starting etcd member %s: %w", cfg.Name, err)
 	}
+	if cfg.Recover != "" && !b.FromData {
+		return nil, fmt.Errorf("etcd member %s: asked to rebuild the cluster, but its data dir holds no data", cfg.Name)
+	}
 	if b.DiscardData {
-		aside := fmt.Sprintf("%s.stale-%d", filepath.Clean(cfg.DataDir), time.Now().Unix())
-		if err := os.Rename(filepath.Join(cfg.DataDir, "member"), aside); err != nil {
+		if err := SetAside(cfg.DataDir, 0); err != nil {
 			return nil, fmt.Errorf("setting aside the data of an earlier member %s: %w", cfg.Name, err)
 		}
-		_ = os.Remove(filepath.Join(cfg.DataDir, idFile))
 	}
 	ecfg, err := embedConfig(cfg, b)
 	if err != nil {
@@ -167,12 +232,43 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		}
 		return nil, fmt.Errorf("starting etcd member %s: %w", cfg.Name, err)
 	}
-	m := &Member{cfg: cfg, etcd: e}
+	m := &Member{cfg: cfg, etcd: e, closed: make(chan struct{}), failed: make(chan error, 1)}
+	go m.watch()
 	go m.recordID(ctx)
 	return m, nil
 }
 
-// recordID writes the member ID into the data dir once the member has joined.
+// watch turns a stop the member did not ask for into a failure. etcd's server
+// stops on its own only when the member was removed from the cluster (it
+// applied its own removal, or a peer told it so), while the embedded etcd's
+// listeners keep serving a server whose database is closed: a Status call then
+// crashes the process. So the listeners are closed at once, and Failed says
+// ErrRemoved.
+func (m *Member) watch() {
+	select {
+	case err := <-m.etcd.Err():
+		m.failed <- err
+	case <-m.etcd.Server.StopNotify():
+		if m.closing.Load() {
+			return
+		}
+		m.shutdown()
+		m.failed <- fmt.Errorf("etcd member %s (%s): %w", m.cfg.Name, etcd.FormatID(m.ID()), ErrRemoved)
+	case <-m.closed:
+	}
+}
+
+// shutdown closes the embedded etcd once, whoever asks first.
+func (m *Member) shutdown() {
+	m.closeOnce.Do(func() {
+		m.etcd.Close()
+		close(m.closed)
+	})
+}
+
+// recordID writes the member ID into the data dir once the member has joined,
+// and once it votes removes the data dirs set aside for earlier members of
+// this name: a voting member holds the cluster's data, so they can serve no one.
 func (m *Member) recordID(ctx context.Context) {
 	select {
 	case <-m.etcd.Server.ReadyNotify():
@@ -183,28 +279,88 @@ func (m *Member) recordID(ctx context.Context) {
 	}
 	id := etcd.FormatID(uint64(m.etcd.Server.MemberID()))
 	_ = os.WriteFile(filepath.Join(m.cfg.DataDir, idFile), []byte(id+"\n"), 0o600)
+	if m.cfg.Recover != "" {
+		_ = os.WriteFile(filepath.Join(m.cfg.DataDir, recoveredFile), []byte(m.cfg.Recover+"\n"), 0o600)
+	}
+	_ = os.Remove(filepath.Join(m.cfg.DataDir, removedFile))
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for m.etcd.Server.IsLearner() {
+		select {
+		case <-tick.C:
+		case <-m.etcd.Server.StopNotify():
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	_ = RemoveStale(m.cfg.DataDir)
 }
 
-func readData(dir string) (bool, uint64, error) {
+// ReadDataDir reads what the data dir dir holds.
+func ReadDataDir(dir string) (DataDir, error) {
+	var d DataDir
+	d.RemovedID = readID(filepath.Join(dir, removedFile))
 	entries, err := os.ReadDir(filepath.Join(dir, "member", "wal"))
 	if errors.Is(err, os.ErrNotExist) {
-		return false, 0, nil
+		return d, nil
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("reading etcd data dir: %w", err)
+		return d, fmt.Errorf("reading etcd data dir: %w", err)
 	}
 	if len(entries) == 0 {
-		return false, 0, nil
+		return d, nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, idFile))
+	d.HasData, d.ID = true, readID(filepath.Join(dir, idFile))
+	return d, nil
+}
+
+func readID(path string) uint64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return true, 0, nil
+		return 0
 	}
 	id, err := etcd.ParseID(strings.TrimSpace(string(b)))
 	if err != nil {
-		return true, 0, nil
+		return 0
 	}
-	return true, id, nil
+	return id
+}
+
+// SetAside moves the member data in dataDir to <dataDir>.stale-<time> so that
+// the member can join again with an empty data dir. removedID, when not 0, is
+// recorded as the member that was removed, so that a roster still listing it
+// is waited out. The data is kept (not deleted) until a member of this name
+// votes again (RemoveStale), in case an operator needs it.
+func SetAside(dataDir string, removedID uint64) error {
+	dataDir = filepath.Clean(dataDir)
+	src := filepath.Join(dataDir, "member")
+	if _, err := os.Stat(src); err == nil {
+		aside := fmt.Sprintf("%s%s%d", dataDir, staleSuffix, time.Now().UnixNano())
+		if err := os.Rename(src, aside); err != nil {
+			return fmt.Errorf("setting aside %s: %w", src, err)
+		}
+	}
+	if err := os.Remove(filepath.Join(dataDir, idFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if removedID != 0 {
+		return os.WriteFile(filepath.Join(dataDir, removedFile), []byte(etcd.FormatID(removedID)+"\n"), 0o600)
+	}
+	return nil
+}
+
+// RemoveStale deletes the data dirs SetAside left next to dataDir.
+func RemoveStale(dataDir string) error {
+	stale, err := filepath.Glob(filepath.Clean(dataDir) + staleSuffix + "*")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range stale {
+		errs = append(errs, os.RemoveAll(d))
+	}
+	return errors.Join(errs...)
 }
 
 func embedConfig(cfg Config, b Bootstrap) (*embed.Config, error) {
@@ -230,6 +386,7 @@ func embedConfig(cfg Config, b Bootstrap) (*embed.Config, error) {
 	ec.AdvertisePeerUrls, ec.AdvertiseClientUrls = []url.URL{*peer}, []url.URL{*client}
 	ec.ListenPeerUrls, ec.ListenClientUrls = []url.URL{*lp}, []url.URL{*lc}
 	ec.InitialCluster = b.InitialCluster
+	ec.ForceNewCluster = cfg.Recover != ""
 	ec.InitialClusterToken = cfg.Roster.Token
 	ec.ClusterState = string(b.State)
 	if b.State == "" {
@@ -262,6 +419,17 @@ func embedConfig(cfg Config, b Bootstrap) (*embed.Config, error) {
 	if cfg.ElectionMs > 0 {
 		ec.ElectionMs = cfg.ElectionMs
 	}
+	// etcd's corruption checks: a member whose data differs from its peers'
+	// refuses to start, and the leader compares the followers' hashes at each
+	// compaction and every CorruptCheckTime, raising CORRUPT on a mismatch
+	// (see docs/etcd.md for what an operator does then).
+	if err := ec.ServerFeatureGate.(featuregate.MutableFeatureGate).SetFromMap(map[string]bool{
+		string(features.InitialCorruptCheck): true,
+		string(features.CompactHashCheck):    true,
+	}); err != nil {
+		return nil, fmt.Errorf("enabling etcd's corruption checks: %w", err)
+	}
+	ec.CorruptCheckTime = CorruptCheckInterval
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	if cfg.Logger != nil {
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger)
@@ -289,9 +457,26 @@ func orDefault(v, def string) string {
 // has a quorum (the member has published itself).
 func (m *Member) ReadyNotify() <-chan struct{} { return m.etcd.Server.ReadyNotify() }
 
-// Failed delivers an error when the member stops on its own (e.g. it was removed
-// from the cluster); the process should exit.
-func (m *Member) Failed() <-chan error { return m.etcd.Err() }
+// Failed delivers an error when the member stops on its own: ErrRemoved
+// (wrapped) when it was removed from the cluster, a listener's error
+// otherwise. The member's ports are closed by then.
+func (m *Member) Failed() <-chan error { return m.failed }
+
+// stopped is non-nil once the server is stopping: its database may be closed.
+func (m *Member) stopped() error {
+	select {
+	case <-m.etcd.Server.StoppingNotify():
+		return errors.New("member stopped")
+	case <-m.closed:
+		return errors.New("member stopped")
+	default:
+		return nil
+	}
+}
+
+// Embedded is the embedded etcd itself, for fault injection in tests (cutting
+// a member off from its peers); the runner never needs it.
+func (m *Member) Embedded() *embed.Etcd { return m.etcd }
 
 // ID is the member's etcd ID.
 func (m *Member) ID() uint64 { return uint64(m.etcd.Server.MemberID()) }
@@ -303,6 +488,9 @@ func (m *Member) Endpoint() string { return m.cfg.ClientURL }
 // learner cannot serve k3s) and answers a linearizable read, which needs quorum.
 func (m *Member) Ready(ctx context.Context) error {
 	s := m.etcd.Server
+	if err := m.stopped(); err != nil {
+		return err
+	}
 	select {
 	case <-s.ReadyNotify():
 	default:
@@ -321,10 +509,20 @@ func (m *Member) Ready(ctx context.Context) error {
 }
 
 // Status implements datastore.Datastore.
-func (m *Member) Status(_ context.Context) (datastore.Status, error) {
+func (m *Member) Status(_ context.Context) (st datastore.Status, err error) {
+	if err := m.stopped(); err != nil {
+		return datastore.Status{}, err
+	}
+	// The server can still stop between the check and the reads (it is
+	// removed at any moment); a read of its closed database then panics.
+	defer func() {
+		if r := recover(); r != nil {
+			st, err = datastore.Status{}, fmt.Errorf("member stopped while reading its status: %v", r)
+		}
+	}()
 	s := m.etcd.Server
 	be := s.Backend()
-	st := datastore.Status{
+	st = datastore.Status{
 		Kind:            Kind,
 		Endpoint:        m.cfg.ClientURL,
 		DBSizeBytes:     be.Size(),
@@ -340,9 +538,10 @@ func (m *Member) Status(_ context.Context) (datastore.Status, error) {
 
 // Close stops the member, waiting at most until ctx ends.
 func (m *Member) Close(ctx context.Context) error {
+	m.closing.Store(true)
 	done := make(chan struct{})
 	go func() {
-		m.etcd.Close()
+		m.shutdown()
 		close(done)
 	}()
 	select {

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
+	"github.com/k3k-io/k3k/pkg/pki"
+)
+
+// The end-to-end symptom of issue 16 at the sidecar: a member removed from the
+// cluster while its `datastore etcd` process runs must not keep serving a
+// stopped server nor crash-loop on "the member has been permanently removed":
+// the process stays up (alive, not ready), sets the data aside, waits while
+// its roster still lists the removed member, and joins again as the learner
+// the controller adds.
+func TestARemovedMembersSidecarSetsItsDataAsideAndJoinsAgain(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"ca.crt": ca.CertPEM, "tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := func(addr string) string {
+		_, port, _ := net.SplitHostPort(addr)
+		return "https://localhost:" + port
+	}
+	a := etcd.Peer{Name: "a"}
+	aPeer, aClient := freeAddr(t), freeAddr(t)
+	a.PeerURL, a.ClientURL = url(aPeer), url(aClient)
+	bPeer, bClient := freeAddr(t), freeAddr(t)
+	b := etcd.Peer{Name: "b", PeerURL: url(bPeer), ClientURL: url(bClient)}
+
+	ma, err := member.Start(context.Background(), member.Config{
+		Name: "a", DataDir: filepath.Join(dir, "a"), PeerURL: a.PeerURL, ClientURL: a.ClientURL,
+		ListenPeerAddress: aPeer, ListenClientAddress: aClient,
+		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
+		Roster: etcd.InitialRoster("k3k-test", a), Logger: zap.NewNop(), UnsafeNoFsync: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = ma.Close(ctx)
+	})
+	<-ma.ReadyNotify()
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM)
+	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := etcd.NewClient(etcd.ClientConfig{TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	defer cl.Close()
+	ctx := context.Background()
+	rosterFile := filepath.Join(dir, "members.json")
+	// addB adds b as a learner and publishes the roster, as the controller
+	// does; it returns b's member ID.
+	addB := func() uint64 {
+		t.Helper()
+		if err := cl.AddLearner(ctx, a.ClientURL, b.PeerURL); err != nil {
+			t.Fatal(err)
+		}
+		list, err := cl.MemberList(ctx, a.ClientURL, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := etcd.Roster{State: etcd.ClusterStateExisting, Token: "k3k-test"}
+		var id uint64
+		for _, m := range list {
+			name := m.Name
+			if m.PeerURLs[0] == b.PeerURL {
+				name, id = "b", m.ID
+			}
+			r.Members = append(r.Members, etcd.RosterMember{Name: name, PeerURL: m.PeerURLs[0], ID: etcd.FormatID(m.ID), Started: m.Name != ""})
+		}
+		writeRoster(t, rosterFile, r)
+		return id
+	}
+	promote := func(id uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			err := cl.Promote(ctx, a.ClientURL, id)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("promoting b: %v", err)
+			}
+		}
+	}
+
+	health := freeAddr(t)
+	bData := filepath.Join(dir, "b", "data")
+	cmd := exec.Command(binary, "etcd", "--name=b", "--data-dir="+bData, "--peer-url="+b.PeerURL, "--client-url="+b.ClientURL,
+		"--listen-peer-address="+bPeer, "--listen-client-address="+bClient, "--members-file="+rosterFile,
+		"--ca-file="+filepath.Join(dir, "ca.crt"), "--cert-file="+filepath.Join(dir, "tls.crt"), "--key-file="+filepath.Join(dir, "tls.key"),
+		"--health-address="+health, "--metrics-address="+freeAddr(t), "--termination-message-path="+filepath.Join(dir, "termination-log"))
+	p := &proc{cmd: cmd, done: make(chan struct{}), healthURL: "http://" + health}
+	cmd.Stdout, cmd.Stderr = lockedWriter{p}, lockedWriter{p}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	firstID := addB()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("datastore etcd output:\n%s", p.output())
+		}
+	})
+	promote(firstID)
+	waitReadyz(t, p, http.StatusOK)
+
+	// The member is removed while its sidecar runs.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err := cl.Remove(ctx, a.ClientURL, firstID)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, etcd.ErrUnhealthy) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+	waitReadyz(t, p, http.StatusServiceUnavailable)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		stale, _ := filepath.Glob(bData + ".stale-*")
+		if len(stale) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the removed member's data is not set aside: %v", stale)
+		}
+	}
+	// The roster still lists the removed member: the sidecar waits, alive.
+	time.Sleep(3 * rosterPollInterval)
+	select {
+	case <-p.done:
+		t.Fatalf("the sidecar exited after its member's removal: %v", cmd.ProcessState)
+	default:
+	}
+	if code, body := get(p.healthURL + "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz %d %s while waiting to be added again", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "termination-log")); err == nil {
+		t.Fatal("a data-lost report was written for a removed member: the controller would act on it")
+	}
+
+	// The controller adds it again: it joins as the new member.
+	secondID := addB()
+	promote(secondID)
+	waitReadyz(t, p, http.StatusOK)
+	if secondID == firstID {
+		t.Fatal("test bug: the same member ID twice")
+	}
+	st, err := cl.Status(ctx, b.ClientURL)
+	if err != nil || st.MemberID != secondID {
+		t.Fatalf("b answers as %x (%v), want the new member %x", st.MemberID, err, secondID)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if stale, _ := filepath.Glob(bData + ".stale-*"); len(stale) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the set-aside data dir is still there after the member votes again")
+		}
+	}
+	if !strings.Contains(p.output(), "this member was removed from the cluster") {
+		t.Error("the sidecar did not log the removal")
+	}
+}
+
+func writeRoster(t *testing.T, path string, r etcd.Roster) {
+	t.Helper()
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitReadyz(t *testing.T, p *proc, want int) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			t.Fatalf("the sidecar exited: %v", p.cmd.ProcessState)
+		default:
+		}
+		code, body := get(p.healthURL + "/readyz")
+		if code == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d %s after 90s, want %d", code, body, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

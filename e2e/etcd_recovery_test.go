@@ -1,0 +1,332 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// The scenarios of issue 16 (etcd HA: no needless removals, no stuck pods
+// under quorum loss, a way back from it), each on its own 3-server cluster.
+// Each logs the time to healthy and the member IDs before and after.
+
+// Scenario a: a member's PVC and pod are deleted → the member is replaced once;
+// then its datastore process is stopped for 10 s (SIGSTOP/SIGCONT from the
+// node) → the same member ID, no second replacement (defect 1).
+func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
+	v := createCluster(t, "repl", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
+	crc := clusterClient(t)
+	before := waitMembers(t, crc, v, 3, 10*time.Minute)
+	w := workload{namespace: "repl-data"}
+	w.create(t, v.client)
+
+	pod := "k3k-repl-server-2"
+	old := getPod(t, v, pod)
+	start := time.Now()
+	deletePodAndVolume(t, v, old)
+	waitPodReplaced(t, v, old, 10*time.Minute)
+	replaced := waitMembers(t, crc, v, 3, 10*time.Minute)
+	t.Logf("scenario a: %s's volume lost: healthy again after %s; members %v → %v", pod, time.Since(start).Round(time.Second), before, replaced)
+	if replaced[pod] == before[pod] {
+		t.Fatalf("%s kept member ID %s with an empty volume", pod, before[pod])
+	}
+	for _, other := range []string{"k3k-repl-server-0", "k3k-repl-server-1"} {
+		if replaced[other] != before[other] {
+			t.Fatalf("%s changed from %s to %s", other, before[other], replaced[other])
+		}
+	}
+	stable(t, crc, v, replaced, time.Minute)
+
+	p := getPod(t, v, pod)
+	signalContainer(t, p, "datastore", "SIGSTOP")
+	time.Sleep(10 * time.Second)
+	signalContainer(t, p, "datastore", "SIGCONT")
+	start = time.Now()
+	after := waitMembers(t, crc, v, 3, 5*time.Minute)
+	t.Logf("scenario a: %s paused 10 s: healthy again after %s; members %v → %v", pod, time.Since(start).Round(time.Second), replaced, after)
+	if !maps.Equal(after, replaced) {
+		t.Fatalf("members changed from %v to %v after a 10 s pause: a second replacement", replaced, after)
+	}
+	stable(t, crc, v, replaced, time.Minute)
+	serving(t, v.client, 3*time.Minute)
+	w.check(t, v.client)
+}
+
+// Scenario b: the controller is stopped, server pods 1 and 2 are deleted,
+// servers: 1, the controller is started → no pod stuck Terminating past 2
+// minutes, the API back, every object written before there (defect 2).
+func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
+	v := createCluster(t, "ctrl", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
+	crc := clusterClient(t)
+	before := waitMembers(t, crc, v, 3, 10*time.Minute)
+	w := workload{namespace: "ctrl-data"}
+	w.create(t, v.client)
+
+	scaleController(t, 0)
+	var olds []*corev1.Pod
+	for _, name := range []string{"k3k-ctrl-server-1", "k3k-ctrl-server-2"} {
+		p := getPod(t, v, name)
+		olds = append(olds, p)
+		if err := host.CoreV1().Pods(v.namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setServers(t, crc, v, 1)
+	scaleController(t, 1)
+	start := time.Now()
+	eventually(t, 2*time.Minute, "the deleted server pods to be gone (not stuck Terminating)", func(ctx context.Context) (bool, error) {
+		for _, old := range olds {
+			p, err := host.CoreV1().Pods(v.namespace).Get(ctx, old.Name, metav1.GetOptions{})
+			if err == nil && p.UID == old.UID {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	t.Logf("scenario b: the deleted pods went %s after the controller started", time.Since(start).Round(time.Second))
+	after := waitMembers(t, crc, v, 1, 10*time.Minute)
+	serving(t, v.client, 5*time.Minute)
+	t.Logf("scenario b: healthy with one member after %s; members %v → %v", time.Since(start).Round(time.Second), before, after)
+	if after["k3k-ctrl-server-0"] != before["k3k-ctrl-server-0"] {
+		t.Fatalf("server-0 changed from %s to %s", before["k3k-ctrl-server-0"], after["k3k-ctrl-server-0"])
+	}
+	w.check(t, v.client)
+}
+
+// Scenario c: 3 → 1 → 3 twice with the volumes of the removed members kept →
+// three healthy voters each time, no datastore restart, no set-aside data dir
+// left (defect 5).
+func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
+	v := createCluster(t, "bounce", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
+	crc := clusterClient(t)
+	members := waitMembers(t, crc, v, 3, 10*time.Minute)
+	w := workload{namespace: "bounce-data"}
+	w.create(t, v.client)
+	for round := 1; round <= 2; round++ {
+		start := time.Now()
+		setServers(t, crc, v, 1)
+		one := waitMembers(t, crc, v, 1, 10*time.Minute)
+		eventually(t, 5*time.Minute, "one server pod", func(ctx context.Context) (bool, error) {
+			pods, err := host.CoreV1().Pods(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=bounce,k3k.io/component=server"})
+			return err == nil && len(pods.Items) == 1, err
+		})
+		t.Logf("scenario c round %d: 3 → 1 after %s; members %v → %v", round, time.Since(start).Round(time.Second), members, one)
+		start = time.Now()
+		setServers(t, crc, v, 3)
+		three := waitMembers(t, crc, v, 3, 15*time.Minute)
+		serving(t, v.client, 5*time.Minute)
+		t.Logf("scenario c round %d: 1 → 3 after %s; members %v → %v", round, time.Since(start).Round(time.Second), one, three)
+		for _, name := range []string{"k3k-bounce-server-1", "k3k-bounce-server-2"} {
+			p := getPod(t, v, name)
+			if cs := containerStatus(p, "datastore"); cs == nil || cs.RestartCount != 0 {
+				t.Errorf("round %d: %s's datastore restarted (%+v): it must wait to be added, not crash", round, name, cs)
+			}
+			dir := volumeDir(t, v, p)
+			eventually(t, 2*time.Minute, "no set-aside etcd data dir in "+dir, func(context.Context) (bool, error) {
+				stale, err := filepath.Glob(filepath.Join(dir, "etcd", "data.stale-*"))
+				return err == nil && len(stale) == 0, err
+			})
+		}
+		members = three
+		w.check(t, v.client)
+	}
+}
+
+// Scenario d: two of three volumes are lost → the status says quorum is lost
+// and why; `k3kcli cluster recover` brings the API back with every object the
+// surviving member had.
+func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
+	v := createCluster(t, "lost", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
+	crc := clusterClient(t)
+	before := waitMembers(t, crc, v, 3, 10*time.Minute)
+	w := workload{namespace: "lost-data"}
+	w.create(t, v.client)
+
+	for _, name := range []string{"k3k-lost-server-1", "k3k-lost-server-2"} {
+		deletePodAndVolume(t, v, getPod(t, v, name))
+	}
+	var why string
+	eventually(t, 5*time.Minute, "the status to say quorum is lost", func(ctx context.Context) (bool, error) {
+		c := &v1beta1.Cluster{}
+		if err := crc.Get(ctx, client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
+			return false, err
+		}
+		ds := meta.FindStatusCondition(c.Status.Conditions, "DatastoreReady")
+		h := meta.FindStatusCondition(c.Status.Conditions, "EtcdHealthy")
+		m := meta.FindStatusCondition(c.Status.Conditions, "EtcdMembership")
+		if ds == nil || h == nil || m == nil {
+			return false, nil
+		}
+		why = h.Message
+		return ds.Reason == "QuorumLost" && h.Reason == "QuorumLost" && m.Reason == "QuorumLost" &&
+			strings.Contains(h.Message, "k3k-lost-server-0") && strings.Contains(h.Message, "cannot reach a quorum"), nil
+	})
+	t.Logf("scenario d: status: %s", why)
+
+	start := time.Now()
+	k3kcli(t, "cluster", "recover", v.name, "-n", v.namespace)
+	after := waitMembers(t, crc, v, 3, 20*time.Minute)
+	serving(t, v.client, 5*time.Minute)
+	t.Logf("scenario d: recovered, healthy with 3 members after %s; members %v → %v", time.Since(start).Round(time.Second), before, after)
+	if after["k3k-lost-server-0"] != before["k3k-lost-server-0"] {
+		t.Fatalf("the survivor changed from %s to %s", before["k3k-lost-server-0"], after["k3k-lost-server-0"])
+	}
+	c := &v1beta1.Cluster{}
+	if err := crc.Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
+		t.Fatal(err)
+	}
+	if rc := meta.FindStatusCondition(c.Status.Conditions, "EtcdRecovery"); rc == nil || rc.Status != metav1.ConditionTrue || rc.Reason != "Recovered" {
+		t.Errorf("EtcdRecovery %+v, want True/Recovered", rc)
+	}
+	if c.Status.Datastore == nil || c.Status.Datastore.RecoveryRequest == "" || c.Status.Datastore.RecoveryRequest != c.Annotations["k3k.io/etcd-recover"] {
+		t.Errorf("the recovery request %q is not recorded as handled: %+v", c.Annotations["k3k.io/etcd-recover"], c.Status.Datastore)
+	}
+	w.check(t, v.client)
+}
+
+// deletePodAndVolume deletes a server pod's PersistentVolumeClaim, then the
+// pod: the StatefulSet recreates both, the volume empty.
+func deletePodAndVolume(t *testing.T, v *vcluster, p *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	for _, vol := range p.Spec.Volumes {
+		if vol.PersistentVolumeClaim != nil {
+			if err := host.CoreV1().PersistentVolumeClaims(v.namespace).Delete(ctx, vol.PersistentVolumeClaim.ClaimName, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := host.CoreV1().Pods(v.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// volumeDir is the node directory of the pod's data volume (the host cluster's
+// hostPath provisioner).
+func volumeDir(t *testing.T, v *vcluster, p *corev1.Pod) string {
+	t.Helper()
+	ctx := context.Background()
+	for _, vol := range p.Spec.Volumes {
+		if vol.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := host.CoreV1().PersistentVolumeClaims(v.namespace).Get(ctx, vol.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pv, err := host.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Spec.HostPath == nil {
+			t.Skipf("volume %s is no hostPath volume: its directory cannot be inspected", pv.Name)
+		}
+		return pv.Spec.HostPath.Path
+	}
+	t.Fatalf("pod %s has no volume claim", p.Name)
+	return ""
+}
+
+// signalContainer sends a signal to one container's process from the node
+// (through containerd).
+func signalContainer(t *testing.T, p *corev1.Pod, name, signal string) {
+	t.Helper()
+	cs := containerStatus(p, name)
+	if cs == nil || cs.ContainerID == "" {
+		t.Fatalf("pod %s has no running container %s", p.Name, name)
+	}
+	_, id, _ := strings.Cut(cs.ContainerID, "://")
+	args := append(append([]string{}, cfg.ctr[1:]...), "--namespace", "k8s.io", "task", "kill", "--signal", signal, id)
+	if out, err := exec.Command(cfg.ctr[0], args...).CombinedOutput(); err != nil {
+		t.Fatalf("sending %s to container %s (%s): %v\n%s", signal, name, id, err, out)
+	}
+}
+
+// stable fails when the member IDs change from want within d.
+func stable(t *testing.T, crc client.Client, v *vcluster, want map[string]string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c := &v1beta1.Cluster{}
+		if err := crc.Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err == nil && c.Status.Datastore != nil {
+			for _, m := range c.Status.Datastore.Members {
+				if id, ok := want[m.Name]; !ok || id != m.ID {
+					t.Fatalf("member %s is %s, want %v: a member was replaced again", m.Name, m.ID, want)
+				}
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func setServers(t *testing.T, crc client.Client, v *vcluster, n int32) {
+	t.Helper()
+	c := &v1beta1.Cluster{}
+	if err := crc.Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.Servers = n
+	if err := crc.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scaleController sets the k3k controller Deployment's replicas and waits
+// until that many of its pods run (0: none is left).
+func scaleController(t *testing.T, n int32) {
+	t.Helper()
+	ctx := context.Background()
+	deps, err := host.AppsV1().Deployments("k3k-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *appsv1.Deployment
+	for i := range deps.Items {
+		for _, c := range deps.Items[i].Spec.Template.Spec.Containers {
+			if c.Name == "controller" {
+				d = &deps.Items[i]
+			}
+		}
+	}
+	if d == nil {
+		t.Fatal("no k3k controller Deployment in k3k-system")
+	}
+	scale, err := host.AppsV1().Deployments(d.Namespace).GetScale(ctx, d.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = n
+	if _, err := host.AppsV1().Deployments(d.Namespace).UpdateScale(ctx, d.Name, scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	selector := metav1.FormatLabelSelector(d.Spec.Selector)
+	eventually(t, 3*time.Minute, fmt.Sprintf("%d controller pods", n), func(ctx context.Context) (bool, error) {
+		pods, err := host.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if n == 0 || (p.DeletionTimestamp == nil && podReady(&p)) {
+				ready++
+			}
+		}
+		return int32(ready) == n, nil
+	})
+}
