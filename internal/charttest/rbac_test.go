@@ -236,6 +236,8 @@ func TestChartGrantsNothingMore(t *testing.T) {
 		{"delete Clusters", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Group: "k3k.io", Resource: "clusters"}},
 		{"change Cluster specs", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "k3k.io", Resource: "clusters"}},
 		{"delete volume claims", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Resource: "persistentvolumeclaims"}},
+		{"delete NetworkPolicies outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Group: "networking.k8s.io", Resource: "networkpolicies"}},
+		{"delete ResourceQuotas outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Resource: "resourcequotas"}},
 		{"write CRDs", authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}},
 	}
 	for _, tc := range cases {
