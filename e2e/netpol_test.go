@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -96,14 +97,7 @@ func TestNetworkPolicy(t *testing.T) {
 
 	t.Run("with the policies, a pod reaches its own Service, API server and DNS", func(t *testing.T) {
 		for _, pr := range allowed {
-			eventually(t, time.Minute, "reaching "+pr.what, func(ctx context.Context) (bool, error) {
-				ok, detail := p.reaches(ctx, pr)
-				if !ok {
-					return false, errors.New(detail)
-				}
-				return true, nil
-			})
-			t.Logf("reached %s (%s:%d)", pr.what, pr.ip, pr.port)
+			p.expect(t, pr, true)
 		}
 		eventually(t, time.Minute, "nslookup web through the agent's DNS", func(ctx context.Context) (bool, error) {
 			o, e, _ := execIn(ctx, rc, ns, clientPod.Name, "sh", "", "nslookup", "web."+ns+".svc.cluster.local")
@@ -115,21 +109,7 @@ func TestNetworkPolicy(t *testing.T) {
 	})
 	t.Run("with the policies, a pod reaches no other tenant and no server health or metrics port", func(t *testing.T) {
 		for _, pr := range denied {
-			// A pod the enforcer has not seen yet is not filtered: wait
-			// for the first refusal, then require it to hold.
-			eventually(t, time.Minute, "being refused "+pr.what, func(ctx context.Context) (bool, error) {
-				ok, detail := p.reaches(ctx, pr)
-				if ok {
-					return false, fmt.Errorf("reached %s: %s", pr.what, detail)
-				}
-				return true, nil
-			})
-			for i := 0; i < 3; i++ {
-				if ok, detail := p.reaches(context.Background(), pr); ok {
-					t.Fatalf("reached %s (%s:%d) after it had been refused: %s", pr.what, pr.ip, pr.port, detail)
-				}
-			}
-			t.Logf("refused: %s (%s:%d)", pr.what, pr.ip, pr.port)
+			p.expect(t, pr, false)
 		}
 	})
 
@@ -145,26 +125,13 @@ func TestNetworkPolicy(t *testing.T) {
 			})
 		}
 		for _, pr := range denied {
-			eventually(t, time.Minute, "reaching "+pr.what+" without the policies", func(ctx context.Context) (bool, error) {
-				ok, detail := p.reaches(ctx, pr)
-				if !ok {
-					return false, errors.New(detail)
-				}
-				return true, nil
-			})
-			t.Logf("without the policies reached %s (%s:%d)", pr.what, pr.ip, pr.port)
+			p.expect(t, pr, true)
 		}
 		// And back on: the first denial holds again.
 		for _, v := range []*vcluster{a, b} {
 			setNetworkPolicy(t, crc, v, true)
 		}
-		eventually(t, time.Minute, "being refused "+denied[0].what+" once the policies are back", func(ctx context.Context) (bool, error) {
-			ok, detail := p.reaches(ctx, denied[0])
-			if ok {
-				return false, fmt.Errorf("still reached: %s", detail)
-			}
-			return true, nil
-		})
+		p.expect(t, denied[0], false)
 	})
 }
 
@@ -201,22 +168,70 @@ type prober struct {
 	ns, pod string
 }
 
-// reaches runs busybox wget in the client pod. A connection was made when
-// wget succeeds or the server answered with an HTTP error; a timeout or a
-// refusal (the enforcer rejects as well as drops) means it was not. An exec
-// that fails for another reason is reported as not reached with its error.
-func (p prober) reaches(ctx context.Context, pr probe) (bool, string) {
+// outcome is what one probe found.
+type outcome int
+
+const (
+	// unknown: the probe did not run (the exec failed); try again.
+	unknown outcome = iota
+	// reached: a connection was made.
+	reached
+	// blocked: the connection was refused, timed out or had no route. The
+	// enforcer rejects (ICMP port unreachable: "refused") where it denies.
+	blocked
+)
+
+// probe runs busybox wget in the client pod. wget succeeding, or failing
+// after it connected (an HTTP error, a TLS server closing on plain HTTP),
+// means reached.
+func (p prober) probe(ctx context.Context, pr probe) (outcome, string) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	url := fmt.Sprintf("http://%s:%d%s", pr.ip, pr.port, pr.path)
 	o, e, err := execIn(ctx, p.rc, p.ns, p.pod, "sh", "", "wget", "-q", "-T", "3", "-O", "/dev/null", url)
-	if err == nil {
-		return true, "wget " + url + " succeeded"
+	detail := fmt.Sprintf("wget %s: %v: %s%s", url, err, o, strings.TrimSpace(e))
+	var exit utilexec.CodeExitError
+	switch {
+	case err == nil:
+		return reached, "wget " + url + " succeeded"
+	case !errors.As(err, &exit):
+		return unknown, detail
 	}
-	if strings.Contains(e, "HTTP/1.") {
-		return true, "the server answered: " + strings.TrimSpace(e)
+	for _, no := range []string{"refused", "timed out", "unreachable", "No route"} {
+		if strings.Contains(e, no) {
+			return blocked, detail
+		}
 	}
-	return false, fmt.Sprintf("wget %s: %v: %s%s", url, err, o, strings.TrimSpace(e))
+	return reached, detail
+}
+
+// expect waits up to a minute for pr to be reached (want true) or blocked
+// (want false), then requires the same outcome three more times: a new pod
+// is not filtered until the enforcer has seen it.
+func (p prober) expect(t *testing.T, pr probe, want bool) {
+	t.Helper()
+	wantOutcome, verb := reached, "reaching "
+	if !want {
+		wantOutcome, verb = blocked, "being refused "
+	}
+	eventually(t, time.Minute, verb+pr.what, func(ctx context.Context) (bool, error) {
+		got, detail := p.probe(ctx, pr)
+		if got != wantOutcome {
+			return false, errors.New(detail)
+		}
+		return true, nil
+	})
+	for i := 0; i < 3; {
+		got, detail := p.probe(context.Background(), pr)
+		if got == unknown {
+			continue
+		}
+		if got != wantOutcome {
+			t.Fatalf("%s%s (%s:%d) did not hold: %s", verb, pr.what, pr.ip, pr.port, detail)
+		}
+		i++
+	}
+	t.Logf("%s%s (%s:%d): holds", verb, pr.what, pr.ip, pr.port)
 }
 
 // httpdPod serves a page on 8080 with busybox httpd.
