@@ -221,9 +221,12 @@ func (p prober) expect(t *testing.T, pr probe, want bool) {
 		}
 		return true, nil
 	})
-	for i := 0; i < 3; {
+	for i, tries := 0, 0; i < 3; tries++ {
 		got, detail := p.probe(context.Background(), pr)
 		if got == unknown {
+			if tries > 20 {
+				t.Fatalf("probing %s keeps failing to run: %s", pr.what, detail)
+			}
 			continue
 		}
 		if got != wantOutcome {
