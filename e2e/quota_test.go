@@ -90,33 +90,40 @@ func TestQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var refused *corev1.Pod
-	eventually(t, 3*time.Minute, "one virtual pod running and the other refused by the host quota, saying so", func(ctx context.Context) (bool, error) {
+	// The host admits one: one virtual pod runs, the namespace is at its
+	// quota, and the other virtual pod has no host pod.
+	var pending *corev1.Pod
+	eventually(t, 3*time.Minute, "one virtual pod running, the namespace at its pod quota", func(ctx context.Context) (bool, error) {
 		list, err := v.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=fill"})
 		if err != nil {
 			return false, err
 		}
 		var run int
-		refused = nil
+		pending = nil
 		var states []string
 		for i := range list.Items {
 			p := &list.Items[i]
-			states = append(states, fmt.Sprintf("%s: %s %q %q", p.Name, p.Status.Phase, p.Status.Reason, podMessages(p)))
-			if p.Status.Phase == corev1.PodRunning {
+			states = append(states, fmt.Sprintf("%s: %s", p.Name, p.Status.Phase))
+			switch p.Status.Phase {
+			case corev1.PodRunning:
 				run++
-			}
-			if strings.Contains(podMessages(p), "exceeded quota") {
-				refused = p
+			case corev1.PodPending:
+				pending = p
 			}
 		}
-		if run == 1 && refused != nil {
-			return true, nil
+		q, err := host.CoreV1().ResourceQuotas(v.namespace).Get(ctx, quotaName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
 		}
-		return false, fmt.Errorf("virtual pods: %s", strings.Join(states, "; "))
+		used := q.Status.Used[corev1.ResourcePods]
+		if run != 1 || pending == nil || used.Value() != int64(limit) {
+			return false, fmt.Errorf("virtual pods: %s; quota used %s of %d", strings.Join(states, "; "), used.String(), limit)
+		}
+		return true, nil
 	})
-	t.Logf("virtual pod %s/%s refused: %s", ns, refused.Name, podMessages(refused))
-
-	// The host holds the line: never more pods than the quota.
+	if _, ok := findHostCopy(ctx, v, "pods", ns, pending.Name); ok {
+		t.Fatalf("the virtual pod %s beyond the quota has a host pod", pending.Name)
+	}
 	list, err := host.CoreV1().Pods(v.namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -124,9 +131,21 @@ func TestQuota(t *testing.T) {
 	if len(list.Items) > limit {
 		t.Fatalf("%d host pods in %s, quota pods=%d", len(list.Items), v.namespace, limit)
 	}
-	if _, ok := findHostCopy(ctx, v, "pods", ns, refused.Name); ok {
-		t.Fatalf("the refused virtual pod %s has a host pod", refused.Name)
-	}
+	t.Logf("virtual pod %s/%s has no host pod: the namespace is at its quota of %d pods", ns, pending.Name, limit)
+
+	t.Run("the virtual pod beyond the quota says why", func(t *testing.T) {
+		eventually(t, 2*time.Minute, "virtual pod "+pending.Name+" naming the exceeded quota", func(ctx context.Context) (bool, error) {
+			p, err := v.client.CoreV1().Pods(ns).Get(ctx, pending.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if !strings.Contains(podMessages(p), "exceeded quota") {
+				return false, fmt.Errorf("status %s, reason %q, messages %q", p.Status.Phase, p.Status.Reason, podMessages(p))
+			}
+			t.Logf("virtual pod %s: %s", p.Name, podMessages(p))
+			return true, nil
+		})
+	})
 }
 
 // podMessages joins a pod's status reason, message and condition messages.
