@@ -266,10 +266,15 @@ func idlePod(app string) *corev1.Pod {
 	}
 }
 
-// createVirtualPod creates pod in namespace ns of v.
+// createVirtualPod creates pod in namespace ns of v, once the namespace's
+// default ServiceAccount exists (the virtual API refuses pods before).
 func createVirtualPod(t *testing.T, v *vcluster, ns string, pod *corev1.Pod) {
 	t.Helper()
 	pod.Namespace = ns
+	eventually(t, time.Minute, "ServiceAccount default in virtual namespace "+ns, func(ctx context.Context) (bool, error) {
+		_, err := v.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
 	if err := retry(func(ctx context.Context) error {
 		_, err := v.client.CoreV1().Pods(ns).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
 		return err

@@ -380,7 +380,9 @@ clean_iptables() {
 # ipsets (its own cleanup, then any KUBE-SRC-*/KUBE-DST-* set left over, once
 # no rule refers to it any more).
 clean_netpol() {
-  [ -x "$TOOLS/netpol" ] && "$TOOLS/netpol" -cleanup >"$LOG/netpol-cleanup.log" 2>&1 || true
+  local log=/dev/null
+  [ -d "$LOG" ] && log=$LOG/netpol-cleanup.log
+  [ -x "$TOOLS/netpol" ] && "$TOOLS/netpol" -cleanup >"$log" 2>&1 || true
   command -v ipset >/dev/null || return 0
   local set
   for set in $(ipset -n list 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' || true); do
