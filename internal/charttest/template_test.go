@@ -66,8 +66,8 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
 				"--watch-namespaces=", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 				"--agent-cluster-role="+agentRole, "--controller-namespace="+releaseNS,
-				"--default-quota=persistentvolumeclaims=20,pods=100,requests.cpu=16,requests.memory=32Gi,requests.storage=100Gi,services=50",
-				"--default-limit-request=cpu=10m,memory=32Mi", "--default-limit=", "--default-limit-max=",
+				"--default-quota=persistentvolumeclaims=20,pods=100,requests.storage=100Gi,services=50",
+				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=")
 			if find(objs, "ClusterRole", "", release) == nil || find(objs, "ClusterRoleBinding", "", release) == nil {
 				t.Errorf("no ClusterRole and binding without watchNamespaces; kinds: %v", kinds(objs))
