@@ -6,7 +6,7 @@
 #
 # usage: hack/build-tools.sh DEST COMMAND...
 #   COMMAND is one of kube-apiserver etcd kube-controller-manager kube-scheduler
-#   kubelet kube-proxy kubectl controller-gen staticcheck actionlint
+#   kubelet kube-proxy kubectl controller-gen staticcheck actionlint helm netpol
 set -euo pipefail
 
 dest=$1; shift
@@ -23,6 +23,7 @@ for cmd in "$@"; do
     staticcheck) moddir=$root/hack/tools/staticcheck; pkg=honnef.co/go/tools/cmd/staticcheck ;;
     actionlint) moddir=$root/hack/tools/actionlint; pkg=github.com/rhysd/actionlint/cmd/actionlint ;;
     helm) moddir=$root/hack/tools/helm; pkg=helm.sh/helm/v3/cmd/helm ;;
+    netpol) moddir=$root/hack/tools/netpol; pkg=. ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl)
       moddir=$root/hack/tools/kube; pkg=k8s.io/kubernetes/cmd/$cmd ;;
     *) echo "build-tools: unknown command $cmd" >&2; exit 2 ;;

@@ -2,6 +2,7 @@ package v1beta1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -89,6 +90,8 @@ type Cluster struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.type) ? self.persistence.type : '-') == (has(oldSelf.persistence) && has(oldSelf.persistence.type) ? oldSelf.persistence.type : '-')",message="persistence.type is immutable: create a new cluster to change it"
 // +kubebuilder:validation:XValidation:rule="(has(self.clusterCIDR) ? self.clusterCIDR : '-') == (has(oldSelf.clusterCIDR) ? oldSelf.clusterCIDR : '-')",message="clusterCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '-') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '-')",message="serviceCIDR is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterDNS) || !has(self.serviceCIDR) || !isIP(self.clusterDNS) || !isCIDR(self.serviceCIDR) || cidr(self.serviceCIDR).containsIP(self.clusterDNS)",message="clusterDNS must be an address inside serviceCIDR"
+// +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')).compareTo(has(oldSelf.persistence) && has(oldSelf.persistence.storageRequestSize) && isQuantity(oldSelf.persistence.storageRequestSize) ? quantity(oldSelf.persistence.storageRequestSize) : quantity('2Gi')) >= 0",message="persistence.storageRequestSize may only grow (unset means 2Gi)"
 type ClusterSpec struct {
 	// Mode is how workloads run: shared (the virtual cluster's pods run as host
 	// pods). virtual is reserved and rejected until it is built. Immutable.
@@ -128,10 +131,12 @@ type ClusterSpec struct {
 	ClusterDNS string `json:"clusterDNS,omitempty"`
 
 	// TLSSANs are extra names and addresses the API server's certificate is valid
-	// for, on top of the ones the controller adds for its Services.
+	// for, on top of the ones the controller adds for its Services: DNS names in
+	// lower case (a leading "*." makes a wildcard) or IP addresses.
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(s, isIP(s) || s.matches('^([*][.])?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$'))",message="tlsSANs: every entry must be a DNS name in lower case (e.g. k3k.example.com, *.example.com) or an IP address"
 	// +optional
 	TLSSANs []string `json:"tlsSANs,omitempty"`
 
@@ -142,6 +147,7 @@ type ClusterSpec struct {
 	// naming the flag. docs/architecture.md lists them and says why.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.contains('$('))",message="serverArgs may not contain $( (the kubelet would expand it from the server container's environment, which holds Secret values; see docs/security.md)"
 	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^--?(config|c|token|t|token-file|agent-token|agent-token-file|server|s|cluster-init|cluster-reset|cluster-reset-restore-path|data-dir|d|datastore-endpoint|datastore-cafile|datastore-certfile|datastore-keyfile|kine-tls|write-kubeconfig|o|write-kubeconfig-mode|write-kubeconfig-group|https-listen-port|supervisor-port|apiserver-port|apiserver-bind-address|bind-address|advertise-address|advertise-port|node-ip|i|node-external-ip|tls-san|cluster-cidr|service-cidr|cluster-dns|cluster-domain|egress-selector-mode|disable-agent|disable-apiserver|disable-etcd|disable-controller-manager|disable-cloud-controller|help|h)(=.*)?$'))",messageExpression="'serverArgs: ' + self.filter(a, a.matches('^--?(config|c|token|t|token-file|agent-token|agent-token-file|server|s|cluster-init|cluster-reset|cluster-reset-restore-path|data-dir|d|datastore-endpoint|datastore-cafile|datastore-certfile|datastore-keyfile|kine-tls|write-kubeconfig|o|write-kubeconfig-mode|write-kubeconfig-group|https-listen-port|supervisor-port|apiserver-port|apiserver-bind-address|bind-address|advertise-address|advertise-port|node-ip|i|node-external-ip|tls-san|cluster-cidr|service-cidr|cluster-dns|cluster-domain|egress-selector-mode|disable-agent|disable-apiserver|disable-etcd|disable-controller-manager|disable-cloud-controller|help|h)(=.*)?$'))[0].split('=')[0] + ' is set by k3k and cannot be overridden: the config file, token, datastore, data directory, kubeconfig, listen addresses and ports and the components k3k runs are generated; TLS SANs, networks and cluster DNS come from spec.tlsSANs, spec.clusterCIDR, spec.serviceCIDR and spec.clusterDNS'",reason=FieldValueForbidden
 	// +kubebuilder:validation:XValidation:rule="self.all(a, a != '--kube-apiserver-arg' && a != '-kube-apiserver-arg')",message="serverArgs: write --kube-apiserver-arg=<flag>=<value> as one item, so that admission can check which API server flag it sets",reason=FieldValueInvalid
 	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^--?kube-apiserver-arg=(--)?(etcd-[a-z-]*|storage-backend|secure-port|bind-address)[+-]?(=.*)?$'))",message="serverArgs: --kube-apiserver-arg may not set etcd-*, storage-backend, secure-port or bind-address: the API server's storage and listener are k3k's (they would bypass the datastore k3k runs)",reason=FieldValueForbidden
@@ -179,6 +185,72 @@ type ClusterSpec struct {
 	// means in-cluster only, through Service k3k-<name>-service.
 	// +optional
 	Expose *ExposeConfig `json:"expose,omitempty"`
+
+	// Isolation on the host (docs/security.md). Each field left empty takes
+	// the controller's default, set through the Helm chart.
+
+	// Quota bounds what the namespace may use on the host: a ResourceQuota
+	// k3k-<name>-quota in the Cluster's namespace. It counts every pod of the
+	// namespace, the cluster's own servers and agent included.
+	// +optional
+	Quota *QuotaConfig `json:"quota,omitempty"`
+
+	// Limits gives containers that set no resources a default and caps each
+	// container: a LimitRange k3k-<name>-limits in the Cluster's namespace. It
+	// applies to the server containers too.
+	// +optional
+	Limits *LimitsConfig `json:"limits,omitempty"`
+
+	// NetworkPolicy keeps the virtual cluster's pods to their own cluster:
+	// NetworkPolicies k3k-<name>-* in the Cluster's namespace.
+	// +optional
+	NetworkPolicy *NetworkPolicyConfig `json:"networkPolicy,omitempty"`
+}
+
+// QuotaConfig is the ResourceQuota of a Cluster.
+type QuotaConfig struct {
+	// Hard are ResourceQuota hard limits (pods, requests.cpu, limits.memory,
+	// requests.storage, persistentvolumeclaims, services, count/<resource>,
+	// ...), each replacing the controller's default of the same name.
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['pods', 'services', 'services.loadbalancers', 'services.nodeports', 'secrets', 'configmaps', 'persistentvolumeclaims', 'replicationcontrollers', 'resourcequotas', 'cpu', 'memory', 'storage', 'ephemeral-storage'] || k.startsWith('requests.') || k.startsWith('limits.') || k.startsWith('count/') || k.contains('.storageclass.storage.k8s.io/'))",message="quota.hard: keys must be ResourceQuota resource names such as pods, requests.cpu, limits.memory, requests.storage or count/deployments.apps"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !string(self[k]).startsWith('-'))",message="quota.hard: values may not be negative"
+	// +optional
+	Hard map[corev1.ResourceName]resource.Quantity `json:"hard,omitempty"`
+}
+
+// LimitsConfig is the LimitRange of a Cluster, for containers. Each list
+// replaces the controller's default entry of the same resource.
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultRequest) || !has(self.default) || self.defaultRequest.all(k, !(k in self.default) || quantity(string(self.defaultRequest[k])).compareTo(quantity(string(self.default[k]))) <= 0)",message="limits: defaultRequest may not exceed default"
+// +kubebuilder:validation:XValidation:rule="!has(self.max) || !has(self.default) || self.default.all(k, !(k in self.max) || quantity(string(self.default[k])).compareTo(quantity(string(self.max[k]))) <= 0)",message="limits: default may not exceed max"
+// +kubebuilder:validation:XValidation:rule="!has(self.max) || !has(self.defaultRequest) || self.defaultRequest.all(k, !(k in self.max) || quantity(string(self.defaultRequest[k])).compareTo(quantity(string(self.max[k]))) <= 0)",message="limits: defaultRequest may not exceed max"
+type LimitsConfig struct {
+	// DefaultRequest are the requests of a container that sets none.
+	// +kubebuilder:validation:MaxProperties=6
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'] || k.contains('/'))",message="limits.defaultRequest: keys must be cpu, memory, ephemeral-storage or an extended resource"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !string(self[k]).startsWith('-'))",message="limits.defaultRequest: values may not be negative"
+	// +optional
+	DefaultRequest map[corev1.ResourceName]resource.Quantity `json:"defaultRequest,omitempty"`
+	// Default are the limits of a container that sets none.
+	// +kubebuilder:validation:MaxProperties=6
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'] || k.contains('/'))",message="limits.default: keys must be cpu, memory, ephemeral-storage or an extended resource"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !string(self[k]).startsWith('-'))",message="limits.default: values may not be negative"
+	// +optional
+	Default map[corev1.ResourceName]resource.Quantity `json:"default,omitempty"`
+	// Max is the most one container may ask for (its limit).
+	// +kubebuilder:validation:MaxProperties=6
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'] || k.contains('/'))",message="limits.max: keys must be cpu, memory, ephemeral-storage or an extended resource"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !string(self[k]).startsWith('-'))",message="limits.max: values may not be negative"
+	// +optional
+	Max map[corev1.ResourceName]resource.Quantity `json:"max,omitempty"`
+}
+
+// NetworkPolicyConfig switches a Cluster's NetworkPolicies.
+type NetworkPolicyConfig struct {
+	// Enabled makes the NetworkPolicies; false removes them. Empty means the
+	// controller's default (on unless the chart turned it off).
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // ServerEnvVar is an environment variable of the k3s container: the fields of
@@ -227,6 +299,7 @@ type TokenSecretReference struct {
 }
 
 // PersistenceConfig says where servers keep their data.
+// +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type != 'ephemeral' || !has(self.storageRequestSize)",message="persistence.storageRequestSize cannot be set with persistence.type ephemeral: an emptyDir has no claim to size"
 type PersistenceConfig struct {
 	// Type is dynamic (a PersistentVolumeClaim per server) or ephemeral (an
 	// emptyDir: data is lost when a pod is deleted). Empty means the controller's
@@ -239,10 +312,11 @@ type PersistenceConfig struct {
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
-	// StorageRequestSize of each claim. It may grow but never shrink.
-	// +kubebuilder:default="2Gi"
+	// StorageRequestSize of each claim; empty means 2Gi. It may grow but never
+	// shrink (a rule on the spec), must be above zero, and may not be set with
+	// type ephemeral (there is no claim).
 	// +kubebuilder:validation:XValidation:rule="isQuantity(self)",message="persistence.storageRequestSize must be a quantity such as 2Gi"
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0",message="persistence.storageRequestSize may only grow"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(self) || quantity(self).isGreaterThan(quantity('0'))",message="persistence.storageRequestSize must be greater than zero"
 	// +optional
 	StorageRequestSize string `json:"storageRequestSize,omitempty"`
 
@@ -316,6 +390,9 @@ type IngressConfig struct {
 	// +optional
 	IngressClassName *string `json:"ingressClassName,omitempty"`
 	// Annotations are added to the Ingress (e.g. to turn on TLS passthrough).
+	// Snippet annotations (ingress-nginx's *-snippet) are refused: they run
+	// configuration in the host's ingress controller, outside the namespace.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.lowerAscii().contains('snippet'))",message="expose.ingress.annotations: snippet annotations are not allowed (they configure the host's ingress controller for every namespace; see docs/security.md)"
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 }

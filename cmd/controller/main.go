@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -32,7 +33,16 @@ type options struct {
 	pullPolicy             string
 	defaultPersistence     string
 	defaultDatastore       string
+	isolation              isolationFlags
 	cfg                    cluster.Config
+}
+
+// isolationFlags are the defaults of spec.quota, spec.limits and
+// spec.networkPolicy as given on the command line.
+type isolationFlags struct {
+	quota, limitRequest, limit, limitMax string
+	networkPolicy                        bool
+	egressCIDRs, egressExcept            string
 }
 
 // parseFlags parses args; zapOpts receives the --zap-* logging flags.
@@ -56,7 +66,18 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.defaultPersistence, "default-persistence-type", string(v1beta1.DynamicPersistence), "persistence for Clusters that leave spec.persistence.type empty: dynamic or ephemeral")
 	fs.StringVar(&o.cfg.DefaultStorageClass, "default-storage-class", "", "storage class for Clusters that leave spec.persistence.storageClassName unset; empty means the host's default")
 	fs.StringVar(&o.defaultDatastore, "default-datastore-type", string(v1beta1.SQLiteDatastore), "datastore for Clusters that leave spec.datastore.type empty: sqlite or etcd")
+	fs.StringVar(&o.isolation.quota, "default-quota", "", "ResourceQuota hard limits for Clusters (name=quantity,…, e.g. pods=50,requests.cpu=8); spec.quota.hard replaces them name by name; empty makes no quota")
+	fs.StringVar(&o.isolation.limitRequest, "default-limit-request", "", "LimitRange default requests of containers that set none (cpu=50m,memory=64Mi); spec.limits.defaultRequest replaces them")
+	fs.StringVar(&o.isolation.limit, "default-limit", "", "LimitRange default limits of containers that set none; spec.limits.default replaces them")
+	fs.StringVar(&o.isolation.limitMax, "default-limit-max", "", "LimitRange maximum per container; spec.limits.max replaces them")
+	fs.BoolVar(&o.isolation.networkPolicy, "network-policy", true, "make each Cluster's NetworkPolicies unless its spec.networkPolicy.enabled is false")
+	fs.StringVar(&o.isolation.egressCIDRs, "network-policy-egress-cidrs", "", "comma-separated CIDRs a virtual cluster's pods may reach besides their own cluster (e.g. 0.0.0.0/0)")
+	fs.StringVar(&o.isolation.egressExcept, "network-policy-egress-except", "", "comma-separated CIDRs cut out of --network-policy-egress-cidrs: the host's pod and Service networks")
+	fs.StringVar(&o.cfg.Isolation.ControllerNamespace, "controller-namespace", "", "namespace the controller runs in; only its pods may open a server's etcd client port (empty: any namespace)")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := o.isolation.apply(&o.cfg.Isolation); err != nil {
 		return nil, err
 	}
 	switch corev1.PullPolicy(o.pullPolicy) {
@@ -79,6 +100,41 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	}
 	o.cfg.PullSecrets = splitList(o.pullSecrets)
 	return o, nil
+}
+
+// apply parses the isolation flags into d.
+func (f isolationFlags) apply(d *cluster.IsolationDefaults) error {
+	for _, l := range []struct {
+		flag, value string
+		into        *corev1.ResourceList
+	}{
+		{"--default-quota", f.quota, &d.QuotaHard},
+		{"--default-limit-request", f.limitRequest, &d.LimitDefaultRequest},
+		{"--default-limit", f.limit, &d.LimitDefault},
+		{"--default-limit-max", f.limitMax, &d.LimitMax},
+	} {
+		list, err := cluster.ParseResourceList(l.value)
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.flag, err)
+		}
+		*l.into = list
+	}
+	d.DisableNetworkPolicy = !f.networkPolicy
+	for _, c := range []struct {
+		flag, value string
+		into        *[]string
+	}{
+		{"--network-policy-egress-cidrs", f.egressCIDRs, &d.EgressCIDRs},
+		{"--network-policy-egress-except", f.egressExcept, &d.EgressExcept},
+	} {
+		*c.into = splitList(c.value)
+		for _, cidr := range *c.into {
+			if _, _, err := net.ParseCIDR(cidr); err != nil {
+				return fmt.Errorf("%s: %q is not a CIDR", c.flag, cidr)
+			}
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {

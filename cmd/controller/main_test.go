@@ -42,6 +42,31 @@ func TestParseFlags(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "isolation defaults reach the config",
+			args: []string{"--default-quota=pods=10,requests.cpu=2", "--default-limit-request=memory=64Mi", "--default-limit-max=memory=4Gi",
+				"--network-policy=false", "--network-policy-egress-cidrs=0.0.0.0/0", "--network-policy-egress-except=10.244.0.0/16,10.96.0.0/16", "--controller-namespace=k3k-system"},
+			check: func(t *testing.T, o *options) {
+				d := o.cfg.Isolation
+				if d.QuotaHard.Pods().Value() != 10 || d.LimitDefaultRequest.Memory().String() != "64Mi" || d.LimitMax.Memory().String() != "4Gi" ||
+					len(d.LimitDefault) != 0 || !d.DisableNetworkPolicy || d.ControllerNamespace != "k3k-system" {
+					t.Fatalf("isolation %+v", d)
+				}
+				if diff := cmp.Diff([]string{"10.244.0.0/16", "10.96.0.0/16"}, d.EgressExcept); diff != "" {
+					t.Fatalf("egress except (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "network policies are on by default",
+			check: func(t *testing.T, o *options) {
+				if o.cfg.Isolation.DisableNetworkPolicy || len(o.cfg.Isolation.QuotaHard) != 0 {
+					t.Fatalf("isolation defaults %+v", o.cfg.Isolation)
+				}
+			},
+		},
+		{name: "a quota that is no quantity is refused", args: []string{"--default-quota=pods=lots"}, wantErr: `--default-quota: "pods=lots"`},
+		{name: "an egress CIDR that is no CIDR is refused", args: []string{"--network-policy-egress-cidrs=internet"}, wantErr: `--network-policy-egress-cidrs: "internet" is not a CIDR`},
 		{name: "an unknown pull policy is refused", args: []string{"--image-pull-policy=Sometimes"}, wantErr: `--image-pull-policy "Sometimes": want Always, IfNotPresent or Never`},
 		{name: "external is not a default datastore", args: []string{"--default-datastore-type=external"}, wantErr: `--default-datastore-type "external": want sqlite or etcd`},
 		{name: "an unknown persistence is refused", args: []string{"--default-persistence-type=static"}, wantErr: `--default-persistence-type "static": want dynamic or ephemeral`},

@@ -13,15 +13,20 @@
 # /tmp/k3k-hostcluster); `down` stops only the cluster's own programs (binaries it
 # built or containerd, with that directory on their command line) and the
 # containers of its own containerd shims.
+#
+# NetworkPolicy is enforced by kube-router's network policy controller
+# (hack/tools/netpol, the one k3s embeds), started with the node; HOSTCLUSTER_NETPOL=0
+# leaves it out. `down` removes its iptables chains and ipsets.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DIR=${HOSTCLUSTER_DIR:-/tmp/k3k-hostcluster}
 DIR=${DIR%/}
 TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
+NETPOL=${HOSTCLUSTER_NETPOL:-1}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 # postgresql: the external datastore scenario's database (hack/postgres.sh)
-PACKAGES="containerd runc containernetworking-plugins iptables conntrack busybox-static postgresql"
+PACKAGES="containerd runc containernetworking-plugins iptables ipset conntrack busybox-static postgresql"
 
 BIN=$DIR/bin IMAGES=$DIR/images PKI=$DIR/pki ETC=$DIR/etc VAR=$DIR/var RUN=$DIR/run LOG=$DIR/log
 SOCK=$RUN/containerd/containerd.sock
@@ -104,7 +109,7 @@ cmd_build() {
     DEBIAN_FRONTEND=noninteractive apt-get "${apt[@]}" install -y -qq --no-install-recommends $PACKAGES >/dev/null
   fi
   say "kubernetes and etcd binaries into $TOOLS"
-  "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd
+  "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd netpol
   mkdir -p "$BIN" "$IMAGES"
   say "harness tools"
   (cd "$ROOT/hack/hostcluster/tools" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$BIN/" ./mkimage ./pause ./pki ./provisioner)
@@ -219,6 +224,10 @@ cmd_up() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd; do
     [ -x "$TOOLS/$b" ] || die "$TOOLS/$b missing: run '$0 build'"
   done
+  if [ "$NETPOL" = 1 ]; then
+    [ -x "$TOOLS/netpol" ] || die "$TOOLS/netpol missing: run '$0 build' (or set HOSTCLUSTER_NETPOL=0)"
+    command -v ipset >/dev/null || die "ipset missing: run '$0 build'"
+  fi
   for b in pki provisioner; do [ -x "$BIN/$b" ] || die "$BIN/$b missing: run '$0 build'"; done
   cmd_down quiet
   for port in $ETCD_PORT 6443 10250 10257 10259; do
@@ -270,6 +279,12 @@ cmd_up() {
   launch provisioner "$BIN/provisioner" --kubeconfig "$PKI/admin.kubeconfig" --root "$VAR/volumes"
   until_ok 90 "node $NODE Ready" node_ready
   say "node Ready"
+  if [ "$NETPOL" = 1 ]; then
+    # It reads the node's addresses when it starts, so only once the node is Ready.
+    launch netpol "$TOOLS/netpol" -kubeconfig "$PKI/admin.kubeconfig" -node "$NODE" -service-cidr "$SERVICE_CIDR"
+    until_ok 60 "the network policy controller's chains" iptables -w -S KUBE-ROUTER-FORWARD
+    say "network policy enforced (kube-router netpol)"
+  fi
   until_ok 60 "default service account" kc get serviceaccount default
   kc apply -f "$ROOT/hack/hostcluster/manifests/coredns.yaml" >/dev/null
   kc -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null || die "coredns did not become ready"
@@ -296,7 +311,7 @@ cmd_down() {
     done
   fi
   local name
-  for name in provisioner kube-proxy kubelet kube-scheduler kube-controller-manager; do halt "$name"; done
+  for name in netpol provisioner kube-proxy kubelet kube-scheduler kube-controller-manager; do halt "$name"; done
   if [ -S "$SOCK" ] && [ -f "$RUN/containerd.pid" ]; then
     local id
     for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
@@ -333,6 +348,7 @@ cmd_down() {
     rm -f "$ns"
   done
   rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
+  clean_netpol
   clean_iptables
   ip link del "$BRIDGE" 2>/dev/null || true
   rm -rf "$VAR" "$RUN" "$PKI" "$ETC" "$KUBECONFIG"
@@ -361,6 +377,20 @@ clean_iptables() {
   done
 }
 
+# clean_netpol removes the network policy controller's iptables rules and
+# ipsets (its own cleanup, then any KUBE-SRC-*/KUBE-DST-* set left over, once
+# no rule refers to it any more).
+clean_netpol() {
+  local log=/dev/null
+  [ -d "$LOG" ] && log=$LOG/netpol-cleanup.log
+  [ -x "$TOOLS/netpol" ] && "$TOOLS/netpol" -cleanup >"$log" 2>&1 || true
+  command -v ipset >/dev/null || return 0
+  local set
+  for set in $(ipset -n list 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' || true); do
+    ipset destroy "$set" 2>/dev/null || true
+  done
+}
+
 cmd_import() {
   need_root
   [ $# -gt 0 ] || die "usage: $0 import IMAGE.tar…"
@@ -375,7 +405,9 @@ cmd_import() {
 
 cmd_status() {
   local name pid state running=0
-  for name in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy provisioner; do
+  local want=8
+  [ "$NETPOL" = 1 ] && want=9
+  for name in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy provisioner $([ "$NETPOL" = 1 ] && echo netpol); do
     pid=$(cat "$RUN/$name.pid" 2>/dev/null || true)
     if [ -n "$pid" ] && ours "$pid"; then state="running (pid $pid)"; running=$((running + 1)); else state="stopped"; fi
     printf '%-24s %s\n' "$name" "$state"
@@ -383,7 +415,7 @@ cmd_status() {
   [ "$running" -gt 0 ] || { echo "host cluster is down ($DIR)"; return 1; }
   echo "KUBECONFIG=$KUBECONFIG"
   kc get nodes -o wide 2>&1 || true
-  [ "$running" = 8 ]
+  [ "$running" = "$want" ]
 }
 
 case "${1:-}" in

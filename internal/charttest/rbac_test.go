@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -112,7 +113,7 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 			if err := k8s.Create(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
-			n := cluster.NamesFor(c)
+			n, iso := cluster.NamesFor(c), cluster.IsolationNamesFor(c)
 			waitFor(t, "the controller to build the cluster as its ServiceAccount", func() error {
 				for _, o := range []client.Object{
 					&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.Token}},
@@ -129,6 +130,12 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 					&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
 					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
 					&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
+					// Isolation: quota, limits and the three policies.
+					&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: iso.Quota}},
+					&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: iso.LimitRange}},
+					&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: iso.WorkloadPolicy}},
+					&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: iso.ServerPolicy}},
+					&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: iso.AgentPolicy}},
 				} {
 					if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: o.GetName()}, o); err != nil {
 						return fmt.Errorf("%T %s: %w", o, o.GetName(), err)
@@ -188,6 +195,10 @@ func runController(t *testing.T, watch []string) {
 			ServerImage: "rancher/k3s", DefaultVersion: "v1.34.3-k3s1",
 			DatastoreImage: "k3k-io/k3k-datastore:test", AgentImage: "k3k-io/k3k-kubelet:test", AgentClusterRole: agentRole,
 			PullPolicy: corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
+			Isolation: cluster.IsolationDefaults{
+				QuotaHard:           corev1.ResourceList{corev1.ResourcePods: resource.MustParse("20")},
+				LimitDefaultRequest: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			},
 		},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -236,6 +247,8 @@ func TestChartGrantsNothingMore(t *testing.T) {
 		{"delete Clusters", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Group: "k3k.io", Resource: "clusters"}},
 		{"change Cluster specs", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "k3k.io", Resource: "clusters"}},
 		{"delete volume claims", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Resource: "persistentvolumeclaims"}},
+		{"delete NetworkPolicies outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Group: "networking.k8s.io", Resource: "networkpolicies"}},
+		{"delete ResourceQuotas outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Resource: "resourcequotas"}},
 		{"write CRDs", authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}},
 	}
 	for _, tc := range cases {

@@ -65,7 +65,10 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
 				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
 				"--watch-namespaces=", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
-				"--agent-cluster-role="+agentRole)
+				"--agent-cluster-role="+agentRole, "--controller-namespace="+releaseNS,
+				"--default-quota=persistentvolumeclaims=20,pods=100,requests.storage=100Gi,services=50",
+				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
+				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=")
 			if find(objs, "ClusterRole", "", release) == nil || find(objs, "ClusterRoleBinding", "", release) == nil {
 				t.Errorf("no ClusterRole and binding without watchNamespaces; kinds: %v", kinds(objs))
 			}
@@ -123,6 +126,13 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--default-datastore-type=etcd", "--default-persistence-type=ephemeral",
 				"--default-storage-class=fast-ssd", "--default-version=v1.33.5-k3s1")
+		},
+	}, {
+		values: "isolation.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			wantArgs(t, d, "--default-quota=", "--default-limit-request=cpu=100m,memory=128Mi",
+				"--default-limit=memory=1Gi", "--default-limit-max=cpu=4,memory=8Gi", "--network-policy=false",
+				"--network-policy-egress-cidrs=0.0.0.0/0", "--network-policy-egress-except=10.244.0.0/16,10.96.0.0/12")
 		},
 	}, {
 		values: "scheduling.yaml",
@@ -196,6 +206,11 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 					t.Errorf("%s %s grants bind beyond ClusterRole %s: %+v", o.GetKind(), o.GetName(), agentRole, r)
 				}
 				for _, v := range []string{"delete", "deletecollection", "escalate", "impersonate"} {
+					// delete only on a Cluster's isolation objects, which a
+					// spec switch must be able to remove (templates/_helpers.tpl).
+					if v == "delete" && isolationRule(r) {
+						continue
+					}
 					if slices.Contains(r.Verbs, v) {
 						t.Errorf("%s %s grants %q on %v; the controller never needs it", o.GetKind(), o.GetName(), v, r.Resources)
 					}
@@ -226,4 +241,16 @@ func TestNotesSayWhatWasInstalled(t *testing.T) {
 			t.Errorf("NOTES do not say %q:\n%s", want, out)
 		}
 	}
+}
+
+// isolationRule reports whether r is about a Cluster's ResourceQuota,
+// LimitRange or NetworkPolicies only.
+func isolationRule(r rbacv1.PolicyRule) bool {
+	switch {
+	case slices.Equal(r.APIGroups, []string{""}):
+		return slices.Equal(r.Resources, []string{"resourcequotas", "limitranges"})
+	case slices.Equal(r.APIGroups, []string{"networking.k8s.io"}):
+		return slices.Equal(r.Resources, []string{"networkpolicies"})
+	}
+	return false
 }

@@ -32,7 +32,7 @@ func TestCreateStoresTheClusterTheFlagsAskFor(t *testing.T) {
 		args: nil,
 		want: v1beta1.ClusterSpec{
 			Mode: v1beta1.SharedMode, Servers: 1,
-			Persistence: v1beta1.PersistenceConfig{StorageRequestSize: "2Gi", WhenDeleted: v1beta1.DeleteVolumes},
+			Persistence: v1beta1.PersistenceConfig{WhenDeleted: v1beta1.DeleteVolumes},
 		},
 	}, {
 		name: "every common flag lands in its field",
@@ -52,7 +52,7 @@ func TestCreateStoresTheClusterTheFlagsAskFor(t *testing.T) {
 		args: []string{"--expose", "nodeport:30443", "--persistence-type", "ephemeral"},
 		want: v1beta1.ClusterSpec{
 			Mode: v1beta1.SharedMode, Servers: 1, TLSSANs: []string{"127.0.0.1"},
-			Persistence: v1beta1.PersistenceConfig{Type: v1beta1.EphemeralPersistence, StorageRequestSize: "2Gi", WhenDeleted: v1beta1.DeleteVolumes},
+			Persistence: v1beta1.PersistenceConfig{Type: v1beta1.EphemeralPersistence, WhenDeleted: v1beta1.DeleteVolumes},
 			Expose:      &v1beta1.ExposeConfig{NodePort: &v1beta1.NodePortConfig{ServerPort: ptr.To[int32](30443)}},
 		},
 	}, {
@@ -60,7 +60,7 @@ func TestCreateStoresTheClusterTheFlagsAskFor(t *testing.T) {
 		args: []string{"--expose", "ingress:k3k.example.com", "--ingress-class", "nginx"},
 		want: v1beta1.ClusterSpec{
 			Mode: v1beta1.SharedMode, Servers: 1,
-			Persistence: v1beta1.PersistenceConfig{StorageRequestSize: "2Gi", WhenDeleted: v1beta1.DeleteVolumes},
+			Persistence: v1beta1.PersistenceConfig{WhenDeleted: v1beta1.DeleteVolumes},
 			Expose:      &v1beta1.ExposeConfig{Ingress: &v1beta1.IngressConfig{Host: "k3k.example.com", IngressClassName: ptr.To("nginx")}},
 		},
 	}, {
@@ -68,7 +68,7 @@ func TestCreateStoresTheClusterTheFlagsAskFor(t *testing.T) {
 		args: []string{"--expose", "loadbalancer"},
 		want: v1beta1.ClusterSpec{
 			Mode: v1beta1.SharedMode, Servers: 1,
-			Persistence: v1beta1.PersistenceConfig{StorageRequestSize: "2Gi", WhenDeleted: v1beta1.DeleteVolumes},
+			Persistence: v1beta1.PersistenceConfig{WhenDeleted: v1beta1.DeleteVolumes},
 			Expose:      &v1beta1.ExposeConfig{LoadBalancer: &v1beta1.LoadBalancerConfig{}},
 		},
 	}}

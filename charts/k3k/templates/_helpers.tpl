@@ -97,6 +97,17 @@ their own objects (internal/controller/cluster.DesiredAgentGuard). */}}
 {{- printf "%s-agent-guard" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* resourceList renders a map of resource quantities as the controller's
+name=quantity,… flag value, in key order. */}}
+{{- define "k3k.resourceList" -}}
+{{- $m := . | default dict -}}
+{{- $out := list -}}
+{{- range $k := keys $m | sortAlpha -}}
+{{- $out = append $out (printf "%s=%s" $k (index $m $k)) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
 {{- define "k3k.controllerRules" -}}
 # Clusters are the reconciler's input (For); it writes only their status.
 - apiGroups: ["k3k.io"]
@@ -157,4 +168,15 @@ their own objects (internal/controller/cluster.DesiredAgentGuard). */}}
   resources: ["clusterroles"]
   verbs: ["bind"]
   resourceNames: [{{ include "k3k.agentClusterRole" . | quote }}]
+# Each Cluster's isolation (spec.quota, spec.limits, spec.networkPolicy): its
+# ResourceQuota, LimitRange and NetworkPolicies (Owns). delete, here only: a
+# Cluster whose spec or the chart turns one off must lose it (the garbage
+# collector removes them only with the Cluster), and the controller deletes
+# only objects the Cluster controls.
+- apiGroups: [""]
+  resources: ["resourcequotas", "limitranges"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 {{- end -}}

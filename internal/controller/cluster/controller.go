@@ -83,7 +83,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	var result ctrl.Result
 	steps := []step{
-		r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileServices,
+		r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileIsolation, r.reconcileServices,
 		r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
 		r.reconcileExternalSecret, r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
 	}
@@ -429,6 +429,7 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Secret{}, &corev1.ConfigMap{},
 		&corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{},
 		&appsv1.StatefulSet{}, &appsv1.Deployment{}, &networkingv1.Ingress{},
+		&corev1.ResourceQuota{}, &corev1.LimitRange{}, &networkingv1.NetworkPolicy{},
 	} {
 		out[obj] = cache.ByObject{Label: selector}
 	}
@@ -458,6 +459,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&networkingv1.Ingress{}).
+		Owns(&corev1.ResourceQuota{}).
+		Owns(&corev1.LimitRange{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&corev1.Pod{}, byClusterLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byClusterLabel).
 		Complete(r)

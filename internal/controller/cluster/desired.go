@@ -50,6 +50,9 @@ type Config struct {
 	DefaultStorageClass string
 	// DefaultDatastore applies when spec.datastore.type is empty.
 	DefaultDatastore v1beta1.DatastoreType
+	// Isolation holds the defaults of spec.quota, spec.limits and
+	// spec.networkPolicy (isolation.go).
+	Isolation IsolationDefaults
 }
 
 // Settings are a Cluster's choices with the controller's defaults applied.

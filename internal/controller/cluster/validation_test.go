@@ -138,7 +138,9 @@ func TestAdmissionAcceptsGrowthAndDefaults(t *testing.T) {
 	if err := k8s.Create(ctx, c); err != nil {
 		t.Fatalf("creating a minimal Cluster: %v", err)
 	}
-	if c.Spec.Mode != v1beta1.SharedMode || c.Spec.Servers != 1 || c.Spec.Persistence.StorageRequestSize != "2Gi" || c.Spec.Persistence.WhenDeleted != v1beta1.DeleteVolumes {
+	// The storage size has no CRD default (the controller resolves empty to
+	// 2Gi), so that a size set with ephemeral persistence can be refused.
+	if c.Spec.Mode != v1beta1.SharedMode || c.Spec.Servers != 1 || c.Spec.Persistence.StorageRequestSize != "" || c.Spec.Persistence.WhenDeleted != v1beta1.DeleteVolumes {
 		t.Fatalf("defaults not applied: mode=%q servers=%d size=%q whenDeleted=%q", c.Spec.Mode, c.Spec.Servers, c.Spec.Persistence.StorageRequestSize, c.Spec.Persistence.WhenDeleted)
 	}
 	c.Spec.Persistence.StorageRequestSize = "3Gi"
