@@ -171,7 +171,34 @@ type ClusterSpec struct {
 	// means in-cluster only, through Service k3k-<name>-service.
 	// +optional
 	Expose *ExposeConfig `json:"expose,omitempty"`
+
+	// PodSecurityLevel is the Pod Security Standard every host pod of the
+	// shared-mode agent must meet: baseline (the default), restricted, or
+	// privileged, which takes effect only where the host administrator allowed
+	// it (the chart's sharedAgent.allowPrivilegedPods); otherwise baseline holds.
+	// +kubebuilder:default=baseline
+	// +optional
+	PodSecurityLevel PodSecurityLevel `json:"podSecurityLevel,omitempty"`
 }
+
+// PodSecurityLevel is a Pod Security Standards level
+// (https://kubernetes.io/docs/concepts/security/pod-security-standards/).
+// +kubebuilder:validation:Enum=baseline;restricted;privileged
+type PodSecurityLevel string
+
+const (
+	// PodSecurityBaseline refuses the known privilege escalations: host
+	// namespaces, privileged containers, added capabilities beyond the default
+	// set, unconfined seccomp and AppArmor, SELinux options, unmasked /proc,
+	// unsafe sysctls, probe and lifecycle hosts.
+	PodSecurityBaseline PodSecurityLevel = "baseline"
+	// PodSecurityRestricted adds the hardening rules: non-root, no privilege
+	// escalation, all capabilities dropped, a seccomp profile.
+	PodSecurityRestricted PodSecurityLevel = "restricted"
+	// PodSecurityPrivileged lifts the Pod Security Standards (the agent's own
+	// refusals of host namespaces, hostPath and host ports still hold).
+	PodSecurityPrivileged PodSecurityLevel = "privileged"
+)
 
 // TokenSecretReference names a Secret in the Cluster's namespace.
 type TokenSecretReference struct {
