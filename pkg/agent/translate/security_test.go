@@ -96,7 +96,9 @@ var escapes = []struct {
 	{"a postStart hook against the node's kubelet", func(p *corev1.Pod) {
 		p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Host: "127.0.0.1", Path: "/pods"}}}
 	}, `lifecycle.postStart.httpGet host "127.0.0.1"`},
-	{"an ephemeral volume bound to an existing volume", func(p *corev1.Pod) { p.Spec.Volumes = []corev1.Volume{ephemeral(func(s *corev1.PersistentVolumeClaimSpec) { s.VolumeName = "pv-of-another-tenant" })} }, `volume "scratch": ephemeral.volumeClaimTemplate.spec.volumeName`},
+	{"an ephemeral volume bound to an existing volume", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{ephemeral(func(s *corev1.PersistentVolumeClaimSpec) { s.VolumeName = "pv-of-another-tenant" })}
+	}, `volume "scratch": ephemeral.volumeClaimTemplate.spec.volumeName`},
 	{"an ephemeral volume cloning the server's claim", func(p *corev1.Pod) {
 		p.Spec.Volumes = []corev1.Volume{ephemeral(func(s *corev1.PersistentVolumeClaimSpec) {
 			s.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "data-k3k-c1-server-0"}
