@@ -251,8 +251,14 @@ func DesiredAgentPodSecurityGuard(name, allowPrivileged string) (*admissionregis
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: v1beta1.GroupVersion.String(), Kind: "Cluster"},
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				// Creation only: a pod's security context, volumes and
+				// containers cannot change afterwards (only images and
+				// ephemeral containers can, and the agent's Role has no
+				// pods/ephemeralcontainers), so checking updates would add
+				// nothing but stop image changes of pods made before the
+				// Cluster's level was raised.
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 				},
 			}}},

@@ -18,7 +18,7 @@ type UnsupportedError struct {
 }
 
 func (e *UnsupportedError) Error() string {
-	return "pod uses features the shared-mode agent does not support: " + strings.Join(e.Reasons, "; ")
+	return "pod refused by the shared-mode agent: " + strings.Join(e.Reasons, "; ")
 }
 
 // HostPod builds the host pod that runs vpod. It returns an *UnsupportedError
