@@ -251,6 +251,11 @@ func TestHostilePods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Pods are admitted only once the namespace's ServiceAccount exists.
+	eventually(t, 2*time.Minute, "ServiceAccount "+ns+"/default", func(ctx context.Context) (bool, error) {
+		_, err := v.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
 	createVirtualPod(t, v, hostilePod(ns, "benign", nil))
 	waitPodPhase(t, v, ns, "benign", corev1.PodRunning)
 
