@@ -205,6 +205,14 @@ type ClusterSpec struct {
 	// NetworkPolicies k3k-<name>-* in the Cluster's namespace.
 	// +optional
 	NetworkPolicy *NetworkPolicyConfig `json:"networkPolicy,omitempty"`
+
+	// PodSecurityLevel is the Pod Security Standard every host pod of the
+	// shared-mode agent must meet: baseline (the default), restricted, or
+	// privileged, which takes effect only where the host administrator allowed
+	// it (the chart's sharedAgent.allowPrivilegedPods); otherwise baseline holds.
+	// +kubebuilder:default=baseline
+	// +optional
+	PodSecurityLevel PodSecurityLevel `json:"podSecurityLevel,omitempty"`
 }
 
 // QuotaConfig is the ResourceQuota of a Cluster.
@@ -271,8 +279,11 @@ type ServerEnvVar struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="self in ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'http_proxy', 'https_proxy', 'no_proxy', 'GOMAXPROCS', 'GOMEMLIMIT', 'GOGC', 'TZ']",messageExpression="'serverEnvs: ' + self + ' is not allowed: only HTTP_PROXY, HTTPS_PROXY, NO_PROXY (either case), GOMAXPROCS, GOMEMLIMIT, GOGC and TZ are; K3S_* variables and the like would override what k3k generates (set k3s flags through serverArgs)'",reason=FieldValueForbidden
 	Name string `json:"name"`
-	// Value of the variable; $(VAR) references expand as in any container.
+	// Value of the variable. It may not hold $( : the kubelet would expand
+	// $(VAR) from the container's environment, which can hold a Secret's value
+	// (the external datastore endpoint), into a variable k3s may send elsewhere.
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.contains('$(')",message="serverEnvs: values may not contain $( (the kubelet would expand it from the server container's environment, which holds Secret values; see docs/security.md)",reason=FieldValueForbidden
 	// +optional
 	Value string `json:"value,omitempty"`
 	// ValueFrom takes the value from the downward API.
@@ -289,6 +300,25 @@ func (e ServerEnvVar) EnvVar() corev1.EnvVar {
 	}
 	return out
 }
+
+// PodSecurityLevel is a Pod Security Standards level
+// (https://kubernetes.io/docs/concepts/security/pod-security-standards/).
+// +kubebuilder:validation:Enum=baseline;restricted;privileged
+type PodSecurityLevel string
+
+const (
+	// PodSecurityBaseline refuses the known privilege escalations: host
+	// namespaces, privileged containers, added capabilities beyond the default
+	// set, unconfined seccomp and AppArmor, SELinux options, unmasked /proc,
+	// unsafe sysctls, probe and lifecycle hosts.
+	PodSecurityBaseline PodSecurityLevel = "baseline"
+	// PodSecurityRestricted adds the hardening rules: non-root, no privilege
+	// escalation, all capabilities dropped, a seccomp profile.
+	PodSecurityRestricted PodSecurityLevel = "restricted"
+	// PodSecurityPrivileged lifts the Pod Security Standards (the agent's own
+	// refusals of host namespaces, hostPath and host ports still hold).
+	PodSecurityPrivileged PodSecurityLevel = "privileged"
+)
 
 // TokenSecretReference names a Secret in the Cluster's namespace.
 type TokenSecretReference struct {

@@ -61,6 +61,8 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.cfg.AgentImage, "agent-image", "k3k-io/k3k-kubelet:dev", "image of the shared-mode agent (empty: deploy no agent)")
 	fs.StringVar(&o.cfg.AgentClusterRole, "agent-cluster-role", "k3k-agent",
 		"ClusterRole holding the agent's rights (the chart installs it); each cluster's agent is bound to it in its own namespace")
+	fs.BoolVar(&o.cfg.AllowPrivilegedPods, "allow-privileged-pods", false,
+		"let Clusters choose spec.podSecurityLevel privileged for their shared-mode pods; without it they get baseline")
 	fs.StringVar(&o.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of every image the controller deploys: Always, IfNotPresent or Never")
 	fs.StringVar(&o.pullSecrets, "image-pull-secrets", "", "comma-separated Secret names added to every pod the controller deploys")
 	fs.StringVar(&o.defaultPersistence, "default-persistence-type", string(v1beta1.DynamicPersistence), "persistence for Clusters that leave spec.persistence.type empty: dynamic or ephemeral")

@@ -36,6 +36,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent"
 	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
 	"github.com/k3k-io/k3k/pkg/agent/node"
+	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
 )
@@ -51,6 +52,8 @@ type options struct {
 	kubeletPort                            int32
 	cpu, memory, pods                      string
 	resync                                 time.Duration
+	podSecurityLevel                       string
+	storageClasses                         []string
 }
 
 func main() {
@@ -96,6 +99,8 @@ copied next to them, their status flows back, deletion works both ways.
 	f.StringVar(&o.memory, "capacity-memory", "32Gi", "memory capacity the node reports")
 	f.StringVar(&o.pods, "capacity-pods", "110", "pod capacity the node reports")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often every pod is reconciled without an event")
+	f.StringVar(&o.podSecurityLevel, "pod-security-level", podsecurity.Baseline, "Pod Security Standards level every host pod must meet: baseline, restricted or privileged (the controller passes the Cluster's spec.podSecurityLevel, privileged only where the host administrator allowed it)")
+	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes generic ephemeral volumes may name, besides the host's default (none by default)")
 	_ = cmd.MarkFlagRequired("cluster-name")
 	return cmd
 }
@@ -108,6 +113,9 @@ func agentConfig(o options) (agent.Config, error) {
 	}
 	if o.nodeName == "" {
 		o.nodeName = "k3k-" + o.clusterName + "-kubelet"
+	}
+	if _, err := podsecurity.New(o.podSecurityLevel); err != nil {
+		return agent.Config{}, fmt.Errorf("--pod-security-level: %w", err)
 	}
 	capacity := corev1.ResourceList{}
 	for name, value := range map[corev1.ResourceName]string{corev1.ResourceCPU: o.cpu, corev1.ResourceMemory: o.memory, corev1.ResourcePods: o.pods} {
@@ -124,6 +132,9 @@ func agentConfig(o options) (agent.Config, error) {
 			NodeName:      o.nodeName,
 			ClusterDNS:    o.clusterDNS,
 			ClusterDomain: o.clusterDomain,
+
+			PodSecurityLevel: o.podSecurityLevel,
+			StorageClasses:   o.storageClasses,
 		},
 		Node: node.Config{
 			Name:        o.nodeName,
@@ -268,7 +279,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 			}
 		}()
 	}
-	log.Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace, "node", cfg.Translate.NodeName)
+	log.Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace, "node", cfg.Translate.NodeName, "podSecurityLevel", cfg.Translate.PodSecurityLevel)
 	return a.Run(ctx, virtual)
 }
 

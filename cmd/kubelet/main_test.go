@@ -8,7 +8,7 @@ import (
 )
 
 func TestAgentConfigFromFlags(t *testing.T) {
-	base := options{clusterName: "demo", hostNamespace: "tenants", cpu: "4", memory: "8Gi", pods: "50", kubeletPort: 10250, clusterDomain: "cluster.local"}
+	base := options{clusterName: "demo", hostNamespace: "tenants", cpu: "4", memory: "8Gi", pods: "50", kubeletPort: 10250, clusterDomain: "cluster.local", podSecurityLevel: "baseline"}
 	cases := []struct {
 		name    string
 		mutate  func(*options)
@@ -18,6 +18,8 @@ func TestAgentConfigFromFlags(t *testing.T) {
 		{"a Cluster UID makes the Cluster the owner of host pods", func(o *options) { o.clusterUID = "uid-1" }, ""},
 		{"a namespace is required", func(o *options) { o.hostNamespace = "" }, "--host-namespace (or $POD_NAMESPACE) is required"},
 		{"capacity must be a quantity", func(o *options) { o.memory = "lots" }, "--capacity-memory"},
+		{"the restricted level is passed on", func(o *options) { o.podSecurityLevel = "restricted" }, ""},
+		{"an unknown Pod Security level is refused", func(o *options) { o.podSecurityLevel = "lenient" }, "--pod-security-level"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,6 +39,9 @@ func TestAgentConfigFromFlags(t *testing.T) {
 			}
 			if cfg.Translate.NodeName != "k3k-demo-kubelet" || cfg.Node.Name != "k3k-demo-kubelet" || cfg.Translate.HostNamespace != "tenants" {
 				t.Errorf("names: %+v %+v", cfg.Translate, cfg.Node)
+			}
+			if cfg.Translate.PodSecurityLevel != o.podSecurityLevel {
+				t.Errorf("pod security level %q, want %q", cfg.Translate.PodSecurityLevel, o.podSecurityLevel)
 			}
 			if got := cfg.Node.Capacity.Pods().Value(); got != 50 {
 				t.Errorf("pods capacity %d", got)

@@ -107,7 +107,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	pods, err := podsync.New(podsync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
+	pods, err := podsync.New(podsync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync, Capacity: n.Capacity()})
 	if err != nil {
 		return nil, err
 	}

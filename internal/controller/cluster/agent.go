@@ -159,7 +159,10 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 // the owner of every host pod, so they go with it. The API Service is how the
 // virtual cluster's pods reach their API from the host (the host kubelet
 // would point them at the host's); the DNS Service is their nameserver.
-func AgentArgs(c *v1beta1.Cluster) []string {
+//
+// The Pod Security level is the Cluster's (AgentPodSecurityLevel); the agent
+// guard holds the agent to the same level at the host API.
+func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 	return []string{
 		AgentBinary,
 		"--cluster-name=" + c.Name,
@@ -172,6 +175,21 @@ func AgentArgs(c *v1beta1.Cluster) []string {
 		"--credentials-dir=" + AgentCredentialsDir,
 		"--health-address=:" + strconv.Itoa(AgentHealthPort),
 		"--kubelet-port=" + strconv.Itoa(AgentKubeletPort),
+		"--pod-security-level=" + string(AgentPodSecurityLevel(c, cfg)),
+	}
+}
+
+// AgentPodSecurityLevel is the level the agent holds the Cluster's pods to:
+// spec.podSecurityLevel, baseline when empty, and baseline for privileged
+// unless the host administrator allowed it (Config.AllowPrivilegedPods).
+func AgentPodSecurityLevel(c *v1beta1.Cluster, cfg Config) v1beta1.PodSecurityLevel {
+	switch l := c.Spec.PodSecurityLevel; {
+	case l == v1beta1.PodSecurityRestricted:
+		return l
+	case l == v1beta1.PodSecurityPrivileged && cfg.AllowPrivilegedPods:
+		return l
+	default:
+		return v1beta1.PodSecurityBaseline
 	}
 }
 
@@ -209,7 +227,7 @@ func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
 						Name:            "kubelet",
 						Image:           cfg.AgentImage,
 						ImagePullPolicy: cfg.PullPolicy,
-						Command:         AgentArgs(c),
+						Command:         AgentArgs(c, cfg),
 						Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
 						}}},

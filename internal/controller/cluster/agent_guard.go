@@ -6,6 +6,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
 // The agent guard: an admission policy that holds every shared-mode agent to
@@ -88,6 +90,31 @@ func own(ref string) string {
 	return "(has(" + ref + ".name) && " + ref + ".name.matches(" + ownName + "))"
 }
 
+// noHandlerHost is CEL true when container c's probes and lifecycle
+// handlers name no host.
+var noHandlerHost = func() string {
+	var parts []string
+	for _, h := range []string{"c.livenessProbe", "c.readinessProbe", "c.startupProbe", "c.lifecycle.postStart", "c.lifecycle.preStop"} {
+		guard := "has(" + h + ")"
+		if strings.HasPrefix(h, "c.lifecycle.") {
+			guard = "has(c.lifecycle) && " + guard
+		}
+		for _, a := range []string{".httpGet", ".tcpSocket"} {
+			parts = append(parts, "!("+guard+" && has("+h+a+") && has("+h+a+".host) && "+h+a+".host != '')")
+		}
+	}
+	return "(" + strings.Join(parts, " && ") + ")"
+}()
+
+// storageOnly is CEL true when ephemeral volume v asks for nothing but
+// storage (see translate.ephemeralVolume for why each field is refused).
+const storageOnly = "(has(v.ephemeral.volumeClaimTemplate) && " +
+	"(!has(v.ephemeral.volumeClaimTemplate.metadata) || ((!has(v.ephemeral.volumeClaimTemplate.metadata.labels) || size(v.ephemeral.volumeClaimTemplate.metadata.labels) == 0) && " +
+	"(!has(v.ephemeral.volumeClaimTemplate.metadata.annotations) || size(v.ephemeral.volumeClaimTemplate.metadata.annotations) == 0))) && " +
+	"!has(v.ephemeral.volumeClaimTemplate.spec.volumeName) && !has(v.ephemeral.volumeClaimTemplate.spec.dataSource) && " +
+	"!has(v.ephemeral.volumeClaimTemplate.spec.dataSourceRef) && !has(v.ephemeral.volumeClaimTemplate.spec.selector) && " +
+	"!has(v.ephemeral.volumeClaimTemplate.spec.volumeAttributesClassName))"
+
 func agentGuardValidations() []admissionregistrationv1.Validation {
 	forbidden := ptr.To(metav1.StatusReasonForbidden)
 	podOnly := func(cond string) string { return "!variables.pod || (" + cond + ")" }
@@ -135,10 +162,25 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 			Reason:     forbidden,
 		},
 		{
-			Expression: podOnly("variables.containers.all(c, (!has(c.securityContext) || " + absentOrFalse("c.securityContext.privileged") + ") && " +
-				"(!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)))"),
-			Message: "a pod made by a k3k agent must not run privileged containers or open host ports",
-			Reason:  forbidden,
+			Expression: podOnly("variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))"),
+			Message:    "a pod made by a k3k agent must not open host ports",
+			Reason:     forbidden,
+		},
+		{
+			Expression: podOnly("variables.containers.all(c, " + noHandlerHost + ")"),
+			Message:    "a pod made by a k3k agent must not name a host in probes or lifecycle handlers (the host kubelet would connect there)",
+			Reason:     forbidden,
+		},
+		{
+			Expression: podOnly("!has(object.spec.runtimeClassName) || object.spec.runtimeClassName == ''"),
+			Message:    "a pod made by a k3k agent must not choose a runtime class",
+			Reason:     forbidden,
+		},
+		{
+			Expression: podOnly("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.ephemeral) || " + storageOnly + ")"),
+			Message: "a generic ephemeral volume of a pod made by a k3k agent may only ask for storage: no template labels or annotations, " +
+				"volumeName, dataSource, dataSourceRef, selector or volumeAttributesClassName",
+			Reason: forbidden,
 		},
 		{
 			Expression: podOnly("!has(object.spec.imagePullSecrets) || object.spec.imagePullSecrets.all(s, " + own("s") + ")"),
@@ -152,5 +194,156 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 			Message: "an EndpointSlice made by a k3k agent must belong to a Service the agent copied",
 			Reason:  forbidden,
 		},
+	}
+}
+
+// The agent's Pod Security guard: a second policy, since it needs the
+// cluster's level and every other rule must hold without it.
+//
+// Its parameters are the Cluster objects of the request's namespace
+// (paramKind Cluster, every Cluster of the namespace selected): each is
+// evaluated and the results are ANDed; the one whose name is the agent's
+// cluster (from the agent's username, k3k-<cluster>-kubelet) decides, the
+// others pass. The level is what spec.podSecurityLevel says, baseline when
+// empty, and baseline for privileged unless the host administrator allowed it
+// (allowPrivileged, the chart's sharedAgent.allowPrivilegedPods). An agent
+// cannot change its Cluster (its Role has no rights on Clusters). A namespace
+// without a Cluster gives an agent no pods at all (parameterNotFoundAction
+// Deny).
+//
+// The checks are the Pod Security Standards' (baseline: privileged,
+// capabilities, seccomp and AppArmor Unconfined, SELinux, procMount, sysctls,
+// Windows host processes; restricted adds privilege escalation, non-root,
+// seccomp profile, capabilities dropped), written in CEL from
+// k8s.io/pod-security-admission/policy v0.37. Host namespaces, hostPath, host
+// ports and probe hosts are refused at every level by the agent guard.
+
+// baselineCapabilities may be added at the baseline level.
+var baselineCapabilities = []string{"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+// safeSysctls may be set at the baseline level.
+var safeSysctls = []string{
+	"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
+	"net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time",
+	"net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+	"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat",
+}
+
+// seLinuxTypes may be set at the baseline level.
+var seLinuxTypes = []string{"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+func celList(items []string) string {
+	q := make([]string, len(items))
+	for i, it := range items {
+		q[i] = "'" + it + "'"
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// DesiredAgentPodSecurityGuard is the Pod Security policy and its binding,
+// both named name. allowPrivileged is a CEL boolean literal ("true" or
+// "false"): whether a Cluster may choose the privileged level.
+func DesiredAgentPodSecurityGuard(name, allowPrivileged string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedByValue}},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: v1beta1.GroupVersion.String(), Kind: "Cluster"},
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				// Creation only: a pod's security context, volumes and
+				// containers cannot change afterwards (only images and
+				// ephemeral containers can, and the agent's Role has no
+				// pods/ephemeralcontainers), so checking updates would add
+				// nothing but stop image changes of pods made before the
+				// Cluster's level was raised.
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+				},
+			}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "made-by-a-k3k-agent",
+				Expression: "request.userInfo.username.matches('" + agentUserPattern + "')",
+			}},
+			Variables:   podSecurityVariables(allowPrivileged),
+			Validations: podSecurityValidations(),
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedByValue}},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name,
+			ParamRef: &admissionregistrationv1.ParamRef{
+				Selector:                &metav1.LabelSelector{},
+				ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
+			},
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	return policy, binding
+}
+
+func podSecurityVariables(allowPrivileged string) []admissionregistrationv1.Variable {
+	return []admissionregistrationv1.Variable{
+		{Name: "pod", Expression: "!has(request.subResource) && object != null"},
+		// system:serviceaccount:<ns>:k3k-<cluster>-kubelet
+		{Name: "sa", Expression: "request.userInfo.username.split(':')[3]"},
+		{Name: "mine", Expression: "params.metadata.name == variables.sa.substring(4, size(variables.sa) - 8)"},
+		{Name: "level", Expression: "!has(params.spec.podSecurityLevel) || params.spec.podSecurityLevel == '' ? 'baseline' : " +
+			"(params.spec.podSecurityLevel == 'privileged' && !(" + allowPrivileged + ") ? 'baseline' : params.spec.podSecurityLevel)"},
+		{Name: "enforce", Expression: "variables.pod && variables.mine && variables.level != 'privileged'"},
+		{Name: "restricted", Expression: "variables.enforce && variables.level == 'restricted'"},
+		{Name: "containers", Expression: "variables.pod ? object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) : []"},
+		{Name: "psc", Expression: "variables.pod && has(object.spec.securityContext) ? object.spec.securityContext : null"},
+	}
+}
+
+func podSecurityValidations() []admissionregistrationv1.Validation {
+	forbidden := ptr.To(metav1.StatusReasonForbidden)
+	// csc is CEL true when container c has a securityContext with field set.
+	csc := func(field string) string { return "(has(c.securityContext) && has(c.securityContext." + field + "))" }
+	psc := func(field string) string { return "(variables.psc != null && has(variables.psc." + field + "))" }
+	rule := func(restricted bool, check, what string) admissionregistrationv1.Validation {
+		gate := "!variables.enforce"
+		if restricted {
+			gate = "!variables.restricted"
+		}
+		return admissionregistrationv1.Validation{
+			Expression:        gate + " || (" + check + ")",
+			MessageExpression: "'a pod made by a k3k agent for cluster ' + params.metadata.name + ' must meet Pod Security level ' + variables.level + ': " + what + "'",
+			Reason:            forbidden,
+		}
+	}
+	seLinuxOK := func(o string) string {
+		return "(!has(" + o + ".type) || " + o + ".type in " + celList(seLinuxTypes) + ") && (!has(" + o + ".user) || " + o + ".user == '') && (!has(" + o + ".role) || " + o + ".role == '')"
+	}
+	podNonRoot := psc("runAsNonRoot") + " && variables.psc.runAsNonRoot"
+	podSeccomp := psc("seccompProfile") + " && variables.psc.seccompProfile.type in ['RuntimeDefault', 'Localhost']"
+	return []admissionregistrationv1.Validation{
+		rule(false, "variables.containers.all(c, !"+csc("privileged")+" || !c.securityContext.privileged)", "no privileged containers"),
+		rule(false, "variables.containers.all(c, !"+csc("capabilities")+" || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a in "+celList(baselineCapabilities)+"))",
+			"no capabilities added beyond the default set"),
+		rule(false, "(!"+psc("seccompProfile")+" || variables.psc.seccompProfile.type != 'Unconfined') && variables.containers.all(c, !"+csc("seccompProfile")+" || c.securityContext.seccompProfile.type != 'Unconfined')",
+			"no seccomp profile Unconfined"),
+		rule(false, "(!"+psc("appArmorProfile")+" || variables.psc.appArmorProfile.type != 'Unconfined') && variables.containers.all(c, !"+csc("appArmorProfile")+" || c.securityContext.appArmorProfile.type != 'Unconfined') && "+
+			"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, !k.startsWith('container.apparmor.security.beta.kubernetes.io/') || object.metadata.annotations[k] == 'runtime/default' || object.metadata.annotations[k].startsWith('localhost/')))",
+			"no AppArmor profile Unconfined"),
+		rule(false, "(!"+psc("seLinuxOptions")+" || ("+seLinuxOK("variables.psc.seLinuxOptions")+")) && variables.containers.all(c, !"+csc("seLinuxOptions")+" || ("+seLinuxOK("c.securityContext.seLinuxOptions")+"))",
+			"no SELinux user or role, and only container SELinux types"),
+		rule(false, "variables.containers.all(c, !"+csc("procMount")+" || c.securityContext.procMount == 'Default')", "no procMount other than Default"),
+		rule(false, "!"+psc("sysctls")+" || variables.psc.sysctls.all(s, s.name in "+celList(safeSysctls)+")", "only safe sysctls"),
+		rule(false, "(!"+psc("windowsOptions")+" || !has(variables.psc.windowsOptions.hostProcess) || !variables.psc.windowsOptions.hostProcess) && "+
+			"variables.containers.all(c, !"+csc("windowsOptions")+" || !has(c.securityContext.windowsOptions.hostProcess) || !c.securityContext.windowsOptions.hostProcess)",
+			"no Windows host processes"),
+		rule(true, "variables.containers.all(c, "+csc("allowPrivilegeEscalation")+" && !c.securityContext.allowPrivilegeEscalation)", "allowPrivilegeEscalation false in every container"),
+		rule(true, "variables.containers.all(c, "+csc("runAsNonRoot")+" ? c.securityContext.runAsNonRoot : ("+podNonRoot+"))", "runAsNonRoot true"),
+		rule(true, "(!"+psc("runAsUser")+" || variables.psc.runAsUser != 0) && variables.containers.all(c, !"+csc("runAsUser")+" || c.securityContext.runAsUser != 0)", "no runAsUser 0"),
+		rule(true, "variables.containers.all(c, "+csc("seccompProfile")+" ? c.securityContext.seccompProfile.type in ['RuntimeDefault', 'Localhost'] : ("+podSeccomp+"))",
+			"seccomp profile RuntimeDefault or Localhost"),
+		rule(true, "variables.containers.all(c, "+csc("capabilities")+" && has(c.securityContext.capabilities.drop) && 'ALL' in c.securityContext.capabilities.drop && "+
+			"(!has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a == 'NET_BIND_SERVICE')))",
+			"capabilities drop ALL, add at most NET_BIND_SERVICE"),
 	}
 }

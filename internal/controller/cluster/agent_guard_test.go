@@ -9,8 +9,11 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -129,6 +132,14 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The host's RuntimeClass admission refuses unknown classes before the
+	// guard is asked; a class that exists shows the guard's answer.
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc-" + ns}, Handler: "runc"}
+	if err := k8s.Create(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), rc) })
+
 	refused := []struct {
 		name    string
 		do      func() error
@@ -155,12 +166,50 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			}), metav1.CreateOptions{})
 			return err
 		}, "may only use emptyDir"},
-		{"a privileged pod", func() error {
+		{"a pod opening a host port", func() error {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("e-shop-0123456789", func(s *corev1.PodSpec) {
-				s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+				s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
 			}), metav1.CreateOptions{})
 			return err
-		}, "must not run privileged containers"},
+		}, "must not open host ports"},
+		{"a pod probing the cloud metadata address", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("g-shop-0123456789", func(s *corev1.PodSpec) {
+				s.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "169.254.169.254", Port: intstr.FromInt32(80)}}}
+			}), metav1.CreateOptions{})
+			return err
+		}, "must not name a host in probes or lifecycle handlers"},
+		{"a pod whose postStart hook calls the node's kubelet", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("h-shop-0123456789", func(s *corev1.PodSpec) {
+				s.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Host: "127.0.0.1", Port: intstr.FromInt32(10250)}}}
+			}), metav1.CreateOptions{})
+			return err
+		}, "must not name a host in probes or lifecycle handlers"},
+		{"a pod with a runtime class", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("i-shop-0123456789", func(s *corev1.PodSpec) { s.RuntimeClassName = ptr.To(rc.Name) }), metav1.CreateOptions{})
+			return err
+		}, "must not choose a runtime class"},
+		{"an ephemeral volume cloning the server's claim", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("j-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+				t.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "data-" + n.StatefulSet + "-0"}
+			})), metav1.CreateOptions{})
+			return err
+		}, "may only ask for storage"},
+		{"an ephemeral volume bound to a named volume", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("k-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) { t.Spec.VolumeName = "pv-1" })), metav1.CreateOptions{})
+			return err
+		}, "may only ask for storage"},
+		{"an ephemeral volume choosing volumes by label", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("l-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+				t.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+			})), metav1.CreateOptions{})
+			return err
+		}, "may only ask for storage"},
+		{"an ephemeral volume labelled as the controller's", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("m-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+				t.Labels = map[string]string{LabelComponent: "server"}
+			})), metav1.CreateOptions{})
+			return err
+		}, "may only ask for storage"},
 		{"a pod on the host network", func() error {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("f-shop-0123456789", func(s *corev1.PodSpec) { s.HostNetwork = true }), metav1.CreateOptions{})
 			return err
@@ -206,6 +255,10 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod(ownPod, nil), metav1.CreateOptions{})
 			return err
 		}},
+		{"a pod with an ephemeral volume asking only for storage", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("n-shop-0123456789", ephemeralVolume(nil)), metav1.CreateOptions{})
+			return err
+		}},
 		{"a Service copy", func() error {
 			_, err := agent.CoreV1().Services(ns).Create(ctx, svc(ownSvc), metav1.CreateOptions{})
 			return err
@@ -239,4 +292,19 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			t.Errorf("refused: %v", err)
 		}
 	})
+}
+
+// ephemeralVolume adds a generic ephemeral volume asking for 1Gi, changed by
+// change.
+func ephemeralVolume(change func(*corev1.PersistentVolumeClaimTemplate)) func(*corev1.PodSpec) {
+	return func(s *corev1.PodSpec) {
+		t := &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		}}
+		if change != nil {
+			change(t)
+		}
+		s.Volumes = append(s.Volumes, corev1.Volume{Name: "eph", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: t}}})
+	}
 }

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
 func TestAgentDeployment(t *testing.T) {
@@ -38,7 +40,7 @@ func TestAgentDeployment(t *testing.T) {
 	want := []string{
 		"/usr/local/bin/kubelet", "--cluster-name=demo", "--cluster-uid=cluster-uid", "--host-namespace=tenants",
 		"--node-name=k3k-demo-kubelet", "--api-server-service=k3k-demo-service", "--dns-service=k3k-demo-dns", "--dns-port=5353",
-		"--credentials-dir=/var/lib/k3k/credentials", "--health-address=:10248", "--kubelet-port=10250",
+		"--credentials-dir=/var/lib/k3k/credentials", "--health-address=:10248", "--kubelet-port=10250", "--pod-security-level=baseline",
 	}
 	ctr := pod.Containers[0]
 	if diff := cmp.Diff(want, ctr.Command); diff != "" {
@@ -194,6 +196,36 @@ func TestAgentRoleAgainstTheAPIServer(t *testing.T) {
 			}
 			if sar.Status.Allowed != tc.allowed {
 				t.Errorf("allowed = %v, want %v (%s)", sar.Status.Allowed, tc.allowed, sar.Status.Reason)
+			}
+		})
+	}
+}
+
+func TestAgentPodSecurityLevel(t *testing.T) {
+	cases := []struct {
+		name  string
+		level v1beta1.PodSecurityLevel
+		allow bool
+		want  v1beta1.PodSecurityLevel
+	}{
+		{"an empty level is baseline", "", false, v1beta1.PodSecurityBaseline},
+		{"baseline stays", v1beta1.PodSecurityBaseline, true, v1beta1.PodSecurityBaseline},
+		{"restricted is the Cluster's choice", v1beta1.PodSecurityRestricted, false, v1beta1.PodSecurityRestricted},
+		{"privileged needs the host administrator's consent", v1beta1.PodSecurityPrivileged, false, v1beta1.PodSecurityBaseline},
+		{"privileged where the chart allows it", v1beta1.PodSecurityPrivileged, true, v1beta1.PodSecurityPrivileged},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sampleCluster()
+			c.Spec.PodSecurityLevel = tc.level
+			cfg := testConfig
+			cfg.AllowPrivilegedPods = tc.allow
+			if got := AgentPodSecurityLevel(c, cfg); got != tc.want {
+				t.Errorf("level %q, want %q", got, tc.want)
+			}
+			args := AgentArgs(c, cfg)
+			if last := args[len(args)-1]; last != "--pod-security-level="+string(tc.want) {
+				t.Errorf("agent argument %q", last)
 			}
 		})
 	}

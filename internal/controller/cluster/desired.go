@@ -40,6 +40,10 @@ type Config struct {
 	// AgentClusterRole is the ClusterRole holding AgentRules (installed by the
 	// chart) that each cluster's agent is bound to in its namespace.
 	AgentClusterRole string
+	// AllowPrivilegedPods lets Clusters choose spec.podSecurityLevel
+	// privileged (the chart's sharedAgent.allowPrivilegedPods); without it
+	// such a Cluster's agent holds its pods to baseline.
+	AllowPrivilegedPods bool
 	// PullPolicy applies to every image the controller deploys.
 	PullPolicy corev1.PullPolicy
 	// PullSecrets are added to every pod the controller deploys.

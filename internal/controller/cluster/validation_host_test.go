@@ -55,10 +55,13 @@ func TestAdmissionRefusesWhatBreaksHostObjects(t *testing.T) {
 		}, "clusterDNS must be an address inside serviceCIDR"},
 		// The trust model: a creator names Secrets only where k3k asks for one.
 		{"a server env from a Secret is refused", func(c *v1beta1.Cluster) {
-			c.Spec.ServerEnvs = []corev1.EnvVar{{Name: "LEAK", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			c.Spec.ServerEnvs = []v1beta1.ServerEnvVar{{Name: "HTTP_PROXY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "someone-elses"}, Key: "password",
 			}}}}
-		}, "serverEnvs: valueFrom.secretKeyRef is not allowed"},
+		}, "serverEnvs: valueFrom may only use fieldRef or resourceFieldRef"},
+		{"a server env value that expands another variable is refused", func(c *v1beta1.Cluster) {
+			c.Spec.ServerEnvs = []v1beta1.ServerEnvVar{{Name: "HTTP_PROXY", Value: "http://$(K3S_DATASTORE_ENDPOINT)@proxy:3128"}}
+		}, "serverEnvs: values may not contain $("},
 		{"a server argument that expands a variable is refused", func(c *v1beta1.Cluster) {
 			c.Spec.ServerArgs = []string{"--node-label=leak=$(K3S_DATASTORE_ENDPOINT)"}
 		}, "serverArgs may not contain $("},
@@ -118,13 +121,10 @@ func TestAdmissionAcceptsGoodHostInputs(t *testing.T) {
 			c.Spec.ServiceCIDR = "10.43.0.0/16"
 			c.Spec.ClusterDNS = "10.43.0.10"
 		}},
-		{"server envs from a value, a field and a ConfigMap", func(c *v1beta1.Cluster) {
-			c.Spec.ServerEnvs = []corev1.EnvVar{
-				{Name: "K3S_DEBUG", Value: "true"},
-				{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-				{Name: "PROXY", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
-					LocalObjectReference: corev1.LocalObjectReference{Name: "proxy"}, Key: "url",
-				}}},
+		{"server envs from a value and a field", func(c *v1beta1.Cluster) {
+			c.Spec.ServerEnvs = []v1beta1.ServerEnvVar{
+				{Name: "HTTP_PROXY", Value: "http://proxy.example.com:3128"},
+				{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
 			}
 		}},
 		{"ingress annotations without snippets", func(c *v1beta1.Cluster) {

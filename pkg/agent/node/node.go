@@ -101,6 +101,10 @@ func New(cfg Config) (*Node, error) {
 	return &Node{cfg: cfg}, nil
 }
 
+// Capacity is the allocatable the node advertises; the agent admits pods
+// within it (podsync).
+func (n *Node) Capacity() corev1.ResourceList { return n.cfg.Capacity.DeepCopy() }
+
 // Healthy reports whether the Lease was renewed within its duration.
 func (n *Node) Healthy() error {
 	n.mu.Lock()

@@ -40,6 +40,11 @@ type Config struct {
 	Workers int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Capacity is the virtual node's allocatable (cpu, memory, pods, …): a pod
+	// is admitted only when it fits next to the pods already admitted
+	// (package nodeadmit), so a spec.nodeName set by the tenant, which skips
+	// the virtual scheduler, cannot ask the host for more. Nil bounds nothing.
+	Capacity corev1.ResourceList
 }
 
 // Syncer runs the virtual node's pods on the host.
@@ -51,6 +56,11 @@ type Syncer struct {
 	mu      sync.Mutex
 	written map[string]written // "kind/name" → what was last written
 	tokens  map[string]token   // "identity secret/key" → issued token
+
+	// admitMu makes admission and the record of it one step, so two workers
+	// cannot both fill the last place on the node.
+	admitMu  sync.Mutex
+	admitted map[string]types.UID // virtual pod key → UID admitted, until its host pod is in the cache
 }
 
 type written struct {
@@ -81,7 +91,7 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Syncer{cfg: cfg, tr: cfg.Translator, written: map[string]written{}, tokens: map[string]token{}}, nil
+	return &Syncer{cfg: cfg, tr: cfg.Translator, written: map[string]written{}, tokens: map[string]token{}, admitted: map[string]types.UID{}}, nil
 }
 
 // Synced reports whether the current Run's caches have synced: the agent is

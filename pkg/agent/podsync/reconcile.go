@@ -16,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/k3k-io/k3k/pkg/agent/nodeadmit"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -69,7 +71,11 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err := r.patchImages(ctx, vpod, hpod); err != nil {
 		return false, err
 	}
-	return false, r.mirrorStatus(ctx, vpod, translate.VirtualStatus(vpod, hpod))
+	status := translate.VirtualStatus(vpod, hpod)
+	// Ephemeral containers (kubectl debug) are added to running pods; the
+	// host pod never gets them, the virtual pod says why.
+	status.EphemeralContainerStatuses = r.tr.EphemeralStatuses(vpod)
+	return false, r.mirrorStatus(ctx, vpod, status)
 }
 
 // virtualGone deletes the host pod of a virtual pod that no longer exists,
@@ -139,12 +145,18 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 	hpod, err := r.tr.HostPod(vpod)
 	var unsupported *translate.UnsupportedError
 	if errors.As(err, &unsupported) {
-		return false, r.mirrorStatus(ctx, vpod, translate.FailedStatus(vpod, translate.ReasonUnsupported, unsupported.Error()))
+		return false, r.refuse(ctx, vpod, translate.ReasonUnsupported, unsupported.Error())
 	}
 	if err != nil {
 		return false, err
 	}
+	if rejection := r.admit(vpod); rejection != nil {
+		return false, r.refuse(ctx, vpod, rejection.Reason, rejection.Message)
+	}
 	created, err := r.cfg.Host.CoreV1().Pods(hpod.Namespace).Create(ctx, hpod, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		r.unadmit(vpod)
+	}
 	if apierrors.IsAlreadyExists(err) {
 		return true, nil // the host cache has not seen it yet
 	}
@@ -167,16 +179,103 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 
 // mirrorStatus writes status onto the virtual pod when it differs.
 func (r *run) mirrorStatus(ctx context.Context, vpod *corev1.Pod, status corev1.PodStatus) error {
+	_, err := r.writeStatus(ctx, vpod, status)
+	return err
+}
+
+// writeStatus writes status onto the virtual pod when it differs and says
+// whether it did.
+func (r *run) writeStatus(ctx context.Context, vpod *corev1.Pod, status corev1.PodStatus) (bool, error) {
 	if equality.Semantic.DeepEqual(vpod.Status, status) {
-		return nil
+		return false, nil
 	}
 	p := vpod.DeepCopy()
 	p.Status = status
 	_, err := r.virtual.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("updating virtual pod status: %w", err)
+	if apierrors.IsNotFound(err) {
+		return false, nil
 	}
+	if err != nil {
+		return false, fmt.Errorf("updating virtual pod status: %w", err)
+	}
+	return true, nil
+}
+
+// refuse fails a virtual pod the agent will not run, and records a Warning
+// Event on it the first time, so `kubectl describe pod` and `kubectl get
+// events` say why.
+func (r *run) refuse(ctx context.Context, vpod *corev1.Pod, reason, message string) error {
+	wrote, err := r.writeStatus(ctx, vpod, translate.FailedStatus(vpod, reason, message))
+	if err != nil || !wrote {
+		return err
+	}
+	r.event(ctx, vpod, reason, message)
 	return nil
+}
+
+// event records a Warning Event on vpod in the virtual cluster, as a kubelet
+// does; failing to record one is logged, not retried.
+func (r *run) event(ctx context.Context, vpod *corev1.Pod, reason, message string) {
+	now := metav1.NewTime(r.cfg.Now())
+	node := r.tr.Config().NodeName
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: vpod.Name + ".", Namespace: vpod.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Pod", Namespace: vpod.Namespace, Name: vpod.Name, UID: vpod.UID, ResourceVersion: vpod.ResourceVersion,
+		},
+		Reason: reason, Message: message, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "kubelet", Host: node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "k3k.io/kubelet", ReportingInstance: node,
+	}
+	if _, err := r.virtual.CoreV1().Events(vpod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "recording event", "pod", vpod.Namespace+"/"+vpod.Name, "reason", reason)
+	}
+}
+
+// admit decides whether vpod fits on the node next to the pods already
+// admitted (virtual pods of this node that are not finished and have a host
+// pod, or were admitted by this agent and wait for it in the cache), and
+// records it when it does.
+func (r *run) admit(vpod *corev1.Pod) *nodeadmit.Rejection {
+	if r.cfg.Capacity == nil {
+		return nil
+	}
+	r.admitMu.Lock()
+	defer r.admitMu.Unlock()
+	key := vpod.Namespace + "/" + vpod.Name
+	all, err := r.vPods.List(labels.Everything())
+	if err != nil {
+		return &nodeadmit.Rejection{Reason: "AdmissionError", Message: err.Error()}
+	}
+	hostNS := r.tr.Config().HostNamespace
+	var running []*corev1.Pod
+	for _, p := range all {
+		k := p.Namespace + "/" + p.Name
+		if k == key || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if uid, ok := r.admitted[k]; ok && uid == p.UID {
+			running = append(running, p)
+			continue
+		}
+		h, err := r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, p.Namespace, p.Name))
+		if err == nil && h.Annotations[translate.AnnotationUID] == string(p.UID) {
+			running = append(running, p)
+		}
+	}
+	if rej := nodeadmit.Admit(vpod, running, r.cfg.Capacity); rej != nil {
+		return rej
+	}
+	r.admitted[key] = vpod.UID
+	return nil
+}
+
+// unadmit drops the admission record of a pod whose host pod was not made.
+func (r *run) unadmit(vpod *corev1.Pod) {
+	r.admitMu.Lock()
+	defer r.admitMu.Unlock()
+	delete(r.admitted, vpod.Namespace+"/"+vpod.Name)
 }
 
 // patchImages carries image changes of the virtual pod to the host pod.
@@ -314,6 +413,9 @@ func (r *run) issueTokens(ctx context.Context, vpod *corev1.Pod, id translate.Id
 func (r *run) forget(ns, name string) {
 	secret := r.tr.HostName(translate.KindPodIdentity, ns, name)
 	r.progress.Forget(ns + "/" + name)
+	r.admitMu.Lock()
+	delete(r.admitted, ns+"/"+name)
+	r.admitMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.written, "secret/"+secret)

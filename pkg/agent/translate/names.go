@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
 )
 
 // Labels and annotations on every host object the agent makes. The managed-by
@@ -69,11 +72,19 @@ type Config struct {
 	// OwnerReferences are set on every host pod, typically the Cluster, so the
 	// host's garbage collector removes the workloads with the cluster.
 	OwnerReferences []metav1.OwnerReference
+	// PodSecurityLevel is the Pod Security Standards level every pod must
+	// meet (package podsecurity): baseline (the default), restricted or
+	// privileged.
+	PodSecurityLevel string
+	// StorageClasses are the storage classes a generic ephemeral volume may
+	// name. A volume without a class (the host's default) is always allowed.
+	StorageClasses []string
 }
 
 // Translator holds a checked Config.
 type Translator struct {
 	cfg Config
+	pss *podsecurity.Evaluator
 }
 
 // New checks cfg and fills in defaults.
@@ -84,7 +95,14 @@ func New(cfg Config) (*Translator, error) {
 	if cfg.ClusterDomain == "" {
 		cfg.ClusterDomain = "cluster.local"
 	}
-	return &Translator{cfg: cfg}, nil
+	if cfg.PodSecurityLevel == "" {
+		cfg.PodSecurityLevel = podsecurity.Baseline
+	}
+	pss, err := podsecurity.New(cfg.PodSecurityLevel)
+	if err != nil {
+		return nil, fmt.Errorf("translate: %w", err)
+	}
+	return &Translator{cfg: cfg, pss: pss}, nil
 }
 
 // Config returns the configuration in effect.

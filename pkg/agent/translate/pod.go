@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
 )
 
 // UnsupportedError says why a virtual pod cannot run on the host. The agent
@@ -16,13 +18,21 @@ type UnsupportedError struct {
 }
 
 func (e *UnsupportedError) Error() string {
-	return "pod uses features the shared-mode agent does not support: " + strings.Join(e.Reasons, "; ")
+	return "pod refused by the shared-mode agent: " + strings.Join(e.Reasons, "; ")
 }
 
 // HostPod builds the host pod that runs vpod. It returns an *UnsupportedError
 // for pods that must not or cannot run on the host.
+//
+// Refused are what would hand a tenant the host node or another tenant's
+// data whatever the Pod Security level (unsupported), and what the cluster's
+// Pod Security level forbids, evaluated on the virtual pod as written (its
+// annotations and ephemeral containers included) and again on the host pod
+// as built, so translation can never add what the level forbids.
 func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
-	if reasons := unsupported(&vpod.Spec); len(reasons) > 0 {
+	reasons := t.unsupported(&vpod.Spec)
+	reasons = append(reasons, t.pss.Check(&vpod.ObjectMeta, &vpod.Spec)...)
+	if len(reasons) > 0 {
 		return nil, &UnsupportedError{Reasons: reasons}
 	}
 	ns := vpod.Namespace
@@ -84,13 +94,55 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 
 	meta := t.hostMeta(KindPod, ns, vpod.Name, string(vpod.UID))
 	meta.OwnerReferences = append(meta.OwnerReferences, t.cfg.OwnerReferences...)
-	return &corev1.Pod{ObjectMeta: meta, Spec: spec}, nil
+	host := &corev1.Pod{ObjectMeta: meta, Spec: spec}
+	if reasons := t.pss.Check(&host.ObjectMeta, &host.Spec); len(reasons) > 0 {
+		return nil, &UnsupportedError{Reasons: reasons}
+	}
+	return host, nil
 }
 
-// unsupported lists what in spec the agent refuses. Host namespaces, hostPath,
-// host ports and privileged containers would hand a tenant the host node; the
-// others need host objects the agent does not sync.
-func unsupported(spec *corev1.PodSpec) []string {
+// PodSecurityLevel is the level pods are held to.
+func (t *Translator) PodSecurityLevel() string { return t.pss.Level() }
+
+// EphemeralStatuses reports the ephemeral containers of vpod (`kubectl
+// debug`), which the agent never runs: each waits with reason UnsupportedPod,
+// and the message names the Pod Security violations when the container would
+// break the cluster's level, so a tenant sees why a privileged debug container
+// never started.
+func (t *Translator) EphemeralStatuses(vpod *corev1.Pod) []corev1.ContainerStatus {
+	if len(vpod.Spec.EphemeralContainers) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, 0, len(vpod.Spec.EphemeralContainers))
+	for _, ec := range vpod.Spec.EphemeralContainers {
+		// Evaluated alone, so the message is about this container.
+		probe := corev1.PodSpec{
+			SecurityContext:     vpod.Spec.SecurityContext,
+			EphemeralContainers: []corev1.EphemeralContainer{ec},
+		}
+		msg := "ephemeral containers (kubectl debug) are not run by the shared-mode agent"
+		if reasons := t.pss.Check(&vpod.ObjectMeta, &probe); len(reasons) > 0 {
+			msg = "refused: " + podsecurity.Describe(reasons) + "; " + msg
+		}
+		out = append(out, corev1.ContainerStatus{
+			Name:  ec.Name,
+			Image: ec.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: ReasonUnsupported, Message: msg}},
+		})
+	}
+	return out
+}
+
+// unsupported lists what in spec the agent refuses at every Pod Security
+// level. Host namespaces, hostPath and host ports would hand a tenant the host
+// node; probe and lifecycle hosts make the host kubelet connect wherever the
+// tenant says (the node's own kubelet port, a cloud metadata address); a
+// runtime class picks a host runtime handler the host administrator did not
+// offer the tenant; an ephemeral volume template may only ask for storage
+// (ephemeralVolume). The others need host objects the agent does not sync.
+// Privileged containers, capabilities, seccomp, AppArmor, SELinux, /proc and
+// sysctls are the Pod Security level's (podsecurity).
+func (t *Translator) unsupported(spec *corev1.PodSpec) []string {
 	var r []string
 	if spec.HostNetwork {
 		r = append(r, "hostNetwork")
@@ -101,12 +153,17 @@ func unsupported(spec *corev1.PodSpec) []string {
 	if spec.HostIPC {
 		r = append(r, "hostIPC")
 	}
+	if spec.RuntimeClassName != nil && *spec.RuntimeClassName != "" {
+		r = append(r, fmt.Sprintf("runtimeClassName %q: runtime classes are the host administrator's", *spec.RuntimeClassName))
+	}
 	if len(spec.ResourceClaims) > 0 {
 		r = append(r, "resourceClaims")
 	}
 	for _, v := range spec.Volumes {
 		switch {
-		case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Ephemeral != nil, v.Image != nil:
+		case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Image != nil:
+		case v.Ephemeral != nil:
+			r = append(r, t.ephemeralVolume(v.Name, v.Ephemeral)...)
 		case v.Projected != nil:
 			for _, s := range v.Projected.Sources {
 				if s.ClusterTrustBundle != nil || s.PodCertificate != nil {
@@ -121,17 +178,135 @@ func unsupported(spec *corev1.PodSpec) []string {
 			r = append(r, fmt.Sprintf("volume %q: only emptyDir, configMap, secret, downwardAPI, projected, ephemeral and image volumes are supported", v.Name))
 		}
 	}
-	forEachContainer(spec, func(c *corev1.Container) {
-		if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
-			r = append(r, fmt.Sprintf("container %q: privileged", c.Name))
-		}
+	visit := func(c *corev1.Container) {
 		for _, p := range c.Ports {
 			if p.HostPort != 0 {
 				r = append(r, fmt.Sprintf("container %q: hostPort %d", c.Name, p.HostPort))
 			}
 		}
-	})
+		for _, h := range hostHandlers(c) {
+			r = append(r, fmt.Sprintf("container %q: %s host %q: the host kubelet would connect there for the pod", c.Name, h.field, h.host))
+		}
+	}
+	forEachContainer(spec, visit)
+	for i := range spec.EphemeralContainers {
+		visit((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon))
+	}
 	return r
+}
+
+type hostHandler struct{ field, host string }
+
+// hostHandlers lists the probe and lifecycle handlers of c that name a host.
+func hostHandlers(c *corev1.Container) []hostHandler {
+	var out []hostHandler
+	probe := func(field string, p *corev1.Probe) {
+		if p == nil {
+			return
+		}
+		if p.HTTPGet != nil && p.HTTPGet.Host != "" {
+			out = append(out, hostHandler{field + ".httpGet", p.HTTPGet.Host})
+		}
+		if p.TCPSocket != nil && p.TCPSocket.Host != "" {
+			out = append(out, hostHandler{field + ".tcpSocket", p.TCPSocket.Host})
+		}
+	}
+	probe("livenessProbe", c.LivenessProbe)
+	probe("readinessProbe", c.ReadinessProbe)
+	probe("startupProbe", c.StartupProbe)
+	if l := c.Lifecycle; l != nil {
+		for field, h := range map[string]*corev1.LifecycleHandler{"lifecycle.postStart": l.PostStart, "lifecycle.preStop": l.PreStop} {
+			if h == nil {
+				continue
+			}
+			if h.HTTPGet != nil && h.HTTPGet.Host != "" {
+				out = append(out, hostHandler{field + ".httpGet", h.HTTPGet.Host})
+			}
+			if h.TCPSocket != nil && h.TCPSocket.Host != "" {
+				out = append(out, hostHandler{field + ".tcpSocket", h.TCPSocket.Host})
+			}
+		}
+	}
+	return out
+}
+
+// ephemeralVolume lists what a generic ephemeral volume asks beyond storage.
+// The host's ephemeral volume controller makes a claim from the template in
+// the cluster's host namespace: a volumeName would bind it to an existing
+// volume (another tenant's data, the server's), a dataSource or
+// dataSourceRef would clone one (the server's claim is in the same
+// namespace), a selector would pick a volume by its labels, and template
+// labels or annotations could make the claim look like the controller's own.
+// Only access modes, size, volume mode and an allowed storage class remain.
+func (t *Translator) ephemeralVolume(name string, e *corev1.EphemeralVolumeSource) []string {
+	var r []string
+	bad := func(field string) {
+		r = append(r, fmt.Sprintf("volume %q: ephemeral.volumeClaimTemplate.%s", name, field))
+	}
+	tpl := e.VolumeClaimTemplate
+	if tpl == nil {
+		return []string{fmt.Sprintf("volume %q: ephemeral without volumeClaimTemplate", name)}
+	}
+	if len(tpl.Labels) > 0 {
+		bad("metadata.labels")
+	}
+	if len(tpl.Annotations) > 0 {
+		bad("metadata.annotations")
+	}
+	s := tpl.Spec
+	if s.VolumeName != "" {
+		bad("spec.volumeName")
+	}
+	if s.DataSource != nil {
+		bad("spec.dataSource")
+	}
+	if s.DataSourceRef != nil {
+		bad("spec.dataSourceRef")
+	}
+	if s.Selector != nil {
+		bad("spec.selector")
+	}
+	if s.VolumeAttributesClassName != nil {
+		bad("spec.volumeAttributesClassName")
+	}
+	if c := s.StorageClassName; c != nil && *c != "" && !contains(t.cfg.StorageClasses, *c) {
+		r = append(r, fmt.Sprintf("volume %q: storage class %q is not one the host administrator allowed (%s)", name, *c, allowedClasses(t.cfg.StorageClasses)))
+	}
+	return r
+}
+
+func allowedClasses(c []string) string {
+	if len(c) == 0 {
+		return "only the host's default class"
+	}
+	return "the host's default class, " + strings.Join(c, ", ")
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// hostEphemeral is the template the host gets: storage only (see
+// ephemeralVolume for what is refused).
+func hostEphemeral(e *corev1.EphemeralVolumeSource) *corev1.EphemeralVolumeSource {
+	s := e.VolumeClaimTemplate.Spec
+	out := corev1.PersistentVolumeClaimSpec{
+		AccessModes:      s.AccessModes,
+		VolumeMode:       s.VolumeMode,
+		StorageClassName: s.StorageClassName,
+	}
+	if q, ok := s.Resources.Requests[corev1.ResourceStorage]; ok {
+		out.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: q}
+	}
+	if q, ok := s.Resources.Limits[corev1.ResourceStorage]; ok {
+		out.Resources.Limits = corev1.ResourceList{corev1.ResourceStorage: q}
+	}
+	return &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: out}}
 }
 
 // rewriteVolume renames ConfigMap and Secret references and turns downward API
@@ -139,6 +314,8 @@ func unsupported(spec *corev1.PodSpec) []string {
 // Secret.
 func (t *Translator) rewriteVolume(v *corev1.Volume, rename func(Kind, string) string, identity string) {
 	switch {
+	case v.Ephemeral != nil:
+		v.Ephemeral = hostEphemeral(v.Ephemeral)
 	case v.ConfigMap != nil:
 		v.ConfigMap.Name = rename(KindConfigMap, v.ConfigMap.Name)
 	case v.Secret != nil:

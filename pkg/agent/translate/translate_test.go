@@ -293,7 +293,7 @@ func TestHostPodRefusesWhatWouldReachTheHost(t *testing.T) {
 		}, `volume "data": persistentVolumeClaim`},
 		{"privileged container", func(s *corev1.PodSpec) {
 			s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
-		}, `container "web": privileged`},
+		}, `privileged (container "web" must not set securityContext.privileged=true)`},
 		{"host port", func(s *corev1.PodSpec) {
 			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
 		}, "hostPort 80"},

@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// podSecurityGuard installs the Pod Security guard (allowPrivileged as the
+// chart would render it) bound to namespace ns only, and returns an agent
+// client of cluster c.
+func podSecurityGuard(t *testing.T, ns, allowPrivileged string, c *v1beta1.Cluster) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	role := DesiredAgentClusterRole("k3k-agent-" + ns)
+	policy, binding := DesiredAgentPodSecurityGuard("k3k-agent-pod-security-"+ns, allowPrivileged)
+	binding.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
+	for _, obj := range []client.Object{c, DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name), policy, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v", obj.GetName(), err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, obj := range []client.Object{role, policy, binding} {
+			_ = k8s.Delete(context.Background(), obj)
+		}
+	})
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + AgentName(c),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// hostPod is a host pod as the agent makes one, changed by change.
+func hostPod(name string, change func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{Name: "main", Image: "web", SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			}}},
+		},
+	}
+	if change != nil {
+		change(p)
+	}
+	return p
+}
+
+// waitForLevel creates probe pods until the guard answers as it should for
+// a pod with change: admission policies and their parameters are loaded
+// asynchronously.
+func waitForLevel(t *testing.T, agent kubernetes.Interface, ns string, change func(*corev1.Pod), refused bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ; i++ {
+		name := "probe-shop-" + strings.Repeat("0", 9) + string(rune('a'+i%6))
+		_, err := agent.CoreV1().Pods(ns).Create(context.Background(), hostPod(name, change), metav1.CreateOptions{})
+		if err == nil {
+			_ = agent.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		}
+		if refused == (err != nil && strings.Contains(err.Error(), "must meet Pod Security level")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guard never answered refused=%v; last answer: %v", refused, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func sc(p *corev1.Pod) *corev1.SecurityContext { return p.Spec.Containers[0].SecurityContext }
+
+// privileged makes the first container privileged (which the API allows
+// only without allowPrivilegeEscalation false).
+func privileged(p *corev1.Pod) {
+	sc(p).Privileged = ptr.To(true)
+	sc(p).AllowPrivilegeEscalation = nil
+}
+
+var rootWithEscalation = func(p *corev1.Pod) {
+	p.Spec.SecurityContext = nil
+	sc(p).AllowPrivilegeEscalation = ptr.To(true)
+	sc(p).RunAsUser = ptr.To(int64(0))
+	sc(p).Capabilities = nil
+}
+
+// TestAgentPodSecurityGuard sends real pod creations as an agent to a
+// kube-apiserver with the Pod Security guard: at its Cluster's level
+// (baseline by default) each escape is refused with the level and the rule
+// in the message; restricted refuses root with privilege escalation;
+// privileged holds only where the chart allowed it; another cluster's agent
+// in the same namespace is held to its own Cluster's level.
+func TestAgentPodSecurityGuard(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	agent := podSecurityGuard(t, ns, "false", c)
+	waitForLevel(t, agent, ns, privileged, true)
+
+	baseline := []struct {
+		name   string
+		change func(*corev1.Pod)
+		want   string
+	}{
+		{"a privileged container", privileged, "no privileged containers"},
+		{"a privileged init container", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "x", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}
+		}, "no privileged containers"},
+		{"SYS_ADMIN", func(p *corev1.Pod) { sc(p).Capabilities.Add = []corev1.Capability{"SYS_ADMIN"} }, "no capabilities added beyond the default set"},
+		{"DAC_READ_SEARCH", func(p *corev1.Pod) { sc(p).Capabilities.Add = []corev1.Capability{"DAC_READ_SEARCH"} }, "no capabilities added"},
+		{"seccomp Unconfined", func(p *corev1.Pod) {
+			sc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		}, "no seccomp profile Unconfined"},
+		{"AppArmor Unconfined", func(p *corev1.Pod) {
+			sc(p).AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
+		}, "no AppArmor profile Unconfined"},
+		{"AppArmor unconfined by annotation", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}
+		}, "no AppArmor profile Unconfined"},
+		{"an SELinux type", func(p *corev1.Pod) { p.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"} }, "no SELinux user or role"},
+		{"an SELinux user", func(p *corev1.Pod) { sc(p).SELinuxOptions = &corev1.SELinuxOptions{User: "system_u"} }, "no SELinux user or role"},
+		{"procMount Unmasked", func(p *corev1.Pod) {
+			// The API allows Unmasked only in a user namespace.
+			p.Spec.HostUsers = ptr.To(false)
+			sc(p).ProcMount = ptr.To(corev1.UnmaskedProcMount)
+		}, "no procMount other than Default"},
+		{"an unsafe sysctl", func(p *corev1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.msgmax", Value: "1"}}
+		}, "only safe sysctls"},
+	}
+	for i, tc := range baseline {
+		t.Run("baseline refuses "+tc.name, func(t *testing.T) {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("b"+string(rune('a'+i))+"-shop-0123456789", tc.change), metav1.CreateOptions{})
+			want := "must meet Pod Security level baseline: " + tc.want
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "for cluster "+c.Name) {
+				t.Errorf("got %v, want Forbidden containing %q", err, want)
+			}
+		})
+	}
+	t.Run("baseline allows a safe sysctl, NET_BIND_SERVICE and root with escalation", func(t *testing.T) {
+		p := hostPod("ok-shop-0123456789", func(p *corev1.Pod) {
+			rootWithEscalation(p)
+			sc(p).Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_local_port_range", Value: "1024 65000"}}}
+		})
+		if _, err := agent.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Errorf("refused: %v", err)
+		}
+	})
+
+	// Another cluster in the same namespace, restricted: its agent is held to
+	// restricted, this one stays at baseline.
+	other := sampleCluster()
+	other.Name, other.Namespace = "strict", ns
+	other.Spec.PodSecurityLevel = v1beta1.PodSecurityRestricted
+	t.Run("a restricted cluster's agent is refused root with privilege escalation", func(t *testing.T) {
+		cfg := rest.CopyConfig(restConfig)
+		cfg.Impersonate = rest.ImpersonationConfig{
+			UserName: "system:serviceaccount:" + ns + ":" + AgentName(other),
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+		}
+		for _, obj := range []client.Object{other, DesiredAgentServiceAccount(other), DesiredAgentRoleBinding(other, "k3k-agent-"+ns)} {
+			if err := k8s.Create(ctx, obj); err != nil {
+				t.Fatalf("creating %s: %v", obj.GetName(), err)
+			}
+		}
+		strict := kubernetes.NewForConfigOrDie(cfg)
+		waitForLevel(t, strict, ns, rootWithEscalation, true)
+		_, err := strict.CoreV1().Pods(ns).Create(ctx, hostPod("r1-shop-0123456789", rootWithEscalation), metav1.CreateOptions{})
+		for _, want := range []string{"must meet Pod Security level restricted", "for cluster strict"} {
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+				t.Errorf("got %v, want Forbidden containing %q", err, want)
+			}
+		}
+		if _, err := strict.CoreV1().Pods(ns).Create(ctx, hostPod("r2-shop-0123456789", nil), metav1.CreateOptions{}); err != nil {
+			t.Errorf("a restricted pod was refused: %v", err)
+		}
+		if _, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("r3-shop-0123456789", rootWithEscalation), metav1.CreateOptions{}); err != nil {
+			t.Errorf("the baseline cluster's agent was held to the other's level: %v", err)
+		}
+	})
+
+	t.Run("privileged is baseline where the chart did not allow it", func(t *testing.T) {
+		live := &v1beta1.Cluster{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), live); err != nil {
+			t.Fatal(err)
+		}
+		live.Spec.PodSecurityLevel = v1beta1.PodSecurityPrivileged
+		if err := k8s.Update(ctx, live); err != nil {
+			t.Fatal(err)
+		}
+		// Give the parameter informer the change, then the answer must
+		// still be baseline's.
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("p1-shop-0123456789", privileged), metav1.CreateOptions{})
+			if err == nil || !strings.Contains(err.Error(), "must meet Pod Security level baseline: no privileged containers") {
+				t.Fatalf("got %v, want baseline's refusal", err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	})
+
+	t.Run("privileged holds where the chart allowed it", func(t *testing.T) {
+		ns2 := newNamespace(t)
+		trusted := sampleCluster()
+		trusted.Namespace = ns2
+		trusted.Spec.PodSecurityLevel = v1beta1.PodSecurityPrivileged
+		a := podSecurityGuard(t, ns2, "true", trusted)
+		waitForLevel(t, a, ns2, privileged, false)
+		if _, err := a.CoreV1().Pods(ns2).Create(ctx, hostPod("p2-shop-0123456789", func(p *corev1.Pod) {
+			sc(p).Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
+		}), metav1.CreateOptions{}); err != nil {
+			t.Errorf("refused at an allowed privileged level: %v", err)
+		}
+	})
+
+	t.Run("an agent whose namespace has no Cluster creates no pods", func(t *testing.T) {
+		ns3 := newNamespace(t)
+		gone := sampleCluster()
+		gone.Namespace = ns3
+		a := podSecurityGuard(t, ns3, "false", gone)
+		if err := k8s.Delete(ctx, gone); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			_, err := a.CoreV1().Pods(ns3).Create(ctx, hostPod("x1-shop-0123456789", nil), metav1.CreateOptions{})
+			if err != nil && strings.Contains(err.Error(), "no params found") {
+				break
+			}
+			if err == nil {
+				_ = a.CoreV1().Pods(ns3).Delete(ctx, "x1-shop-0123456789", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still allowed without a Cluster: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package agent_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/pkg/agent/translate"
+)
+
+// TestAgentRefusesEachEscapeClass creates one virtual pod per refusal class
+// (Pod Security baseline, a host field outside Pod Security, an ephemeral
+// volume template, a pod beyond the node's capacity pinned with nodeName):
+// each is failed with its reason and a message naming the field, an Event
+// says the same, and no host pod is made. Every request the agent makes runs
+// under the agent guard (main_test.go).
+func TestAgentRefusesEachEscapeClass(t *testing.T) {
+	c := ctx(t)
+	const ns = "hostile"
+	virtualNamespace(t, ns)
+	// The virtual apiserver's RuntimeClass admission refuses unknown classes;
+	// a tenant can make one in their own cluster.
+	if _, err := virtAdmin.NodeV1().RuntimeClasses().Create(c, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata"}, Handler: "kata"}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, reason, want string
+		mutate             func(*corev1.Pod)
+	}{
+		{"privileged", translate.ReasonUnsupported, `Pod Security "baseline": privileged (container "main" must not set securityContext.privileged=true)`, func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}},
+		{"sys-admin", translate.ReasonUnsupported, `must not include "SYS_ADMIN" in securityContext.capabilities.add`, func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}},
+		{"unconfined", translate.ReasonUnsupported, `seccompProfile.type to "Unconfined"`, func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+		}},
+		{"metadata-probe", translate.ReasonUnsupported, `livenessProbe.httpGet host "169.254.169.254"`, func(p *corev1.Pod) {
+			p.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "169.254.169.254", Port: intstr.FromInt32(80)}}}
+		}},
+		{"runtime-class", translate.ReasonUnsupported, `runtimeClassName "kata"`, func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }},
+		{"clone", translate.ReasonUnsupported, `volume "data": ephemeral.volumeClaimTemplate.spec.dataSource`, func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+					DataSource:  &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "data-k3k-c1-server-0"},
+				},
+			}}}}}
+		}},
+		{"too-big", "OutOfcpu", "Node didn't have enough resource: cpu, requested: 9", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("9")}
+		}},
+	}
+	for _, tc := range cases {
+		createVirtual(t, boundPod(ns, tc.name, tc.mutate))
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			vp := waitVirtualPhase(t, ns, tc.name, corev1.PodFailed, func(p *corev1.Pod) error {
+				if p.Status.Reason != tc.reason || !strings.Contains(p.Status.Message, tc.want) {
+					return fmt.Errorf("reason %q message %q", p.Status.Reason, p.Status.Message)
+				}
+				return nil
+			})
+			eventually(t, "a Warning Event on "+tc.name, func() error {
+				evs, err := virtAdmin.CoreV1().Events(ns).List(c, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(vp.UID)})
+				if err != nil {
+					return err
+				}
+				for _, e := range evs.Items {
+					if e.Type == corev1.EventTypeWarning && e.Reason == tc.reason && strings.Contains(e.Message, tc.want) {
+						return nil
+					}
+				}
+				return fmt.Errorf("events %v", evs.Items)
+			})
+			if _, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hostPodName(ns, tc.name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a host pod was made for a refused pod: %v", err)
+			}
+		})
+	}
+	t.Run("a benign pod of the same namespace still runs", func(t *testing.T) {
+		runVirtual(t, boundPod(ns, "benign"))
+	})
+}
+
+// TestAgentReportsEphemeralContainers adds a privileged debug container to a
+// running pod, as `kubectl debug --profile=sysadmin` does: the host pod never
+// gets it, and the virtual pod says why.
+func TestAgentReportsEphemeralContainers(t *testing.T) {
+	c := ctx(t)
+	const ns = "debugged"
+	virtualNamespace(t, ns)
+	hp := runVirtual(t, boundPod(ns, "app"))
+	vp, err := virtAdmin.CoreV1().Pods(ns).Get(c, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vp.Spec.EphemeralContainers = append(vp.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+		Name: "debugger", Image: "busybox:1", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent,
+		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+	}})
+	if _, err := virtAdmin.CoreV1().Pods(ns).UpdateEphemeralContainers(c, "app", vp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the debug container's status", func() error {
+		p, err := virtAdmin.CoreV1().Pods(ns).Get(c, "app", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, s := range p.Status.EphemeralContainerStatuses {
+			if w := s.State.Waiting; s.Name == "debugger" && w != nil && w.Reason == translate.ReasonUnsupported &&
+				strings.Contains(w.Message, `Pod Security "baseline": privileged (container "debugger"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("statuses %+v", p.Status.EphemeralContainerStatuses)
+	})
+	host, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hp.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(host.Spec.EphemeralContainers) != 0 {
+		t.Errorf("the host pod got ephemeral containers: %+v", host.Spec.EphemeralContainers)
+	}
+	if p, _ := virtAdmin.CoreV1().Pods(ns).Get(c, "app", metav1.GetOptions{}); p.Status.Phase != corev1.PodRunning {
+		t.Errorf("the pod stopped running: %s", p.Status.Phase)
+	}
+}
