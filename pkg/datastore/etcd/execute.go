@@ -48,9 +48,26 @@ const ActionTimeout = 30 * time.Second
 // compacted) succeeds, so that a reconcile repeated after a crash or a conflict
 // is harmless. ErrLearnerNotReady and ErrUnhealthy are returned wrapped: etcd
 // said "not yet"; requeue and try again.
+//
+// A membership change refused with ErrUnhealthy is sent again through each of
+// a.Fallbacks in turn (see Action.Fallbacks); at most one of them can succeed,
+// so this is still one change.
 func Execute(ctx context.Context, c Client, a Action) error {
 	ctx, cancel := context.WithTimeout(ctx, ActionTimeout)
 	defer cancel()
+	err := execute(ctx, c, a)
+	for _, e := range a.Fallbacks {
+		if !errors.Is(err, ErrUnhealthy) {
+			break
+		}
+		b := a
+		b.Endpoint = e
+		err = execute(ctx, c, b)
+	}
+	return err
+}
+
+func execute(ctx context.Context, c Client, a Action) error {
 	var err error
 	switch a.Type {
 	case ActionNone:

@@ -58,6 +58,16 @@ type Action struct {
 	Message string
 	// Endpoint is the client URL the action is sent to.
 	Endpoint string
+	// Fallbacks are client URLs of other healthy voters that a membership
+	// change is sent to, in order, when the member at Endpoint refuses it
+	// with ErrUnhealthy. etcd checks that condition on the member that
+	// receives the request, against its own view of its peers' connections,
+	// and a member's view can lag: seen on a real node after every server pod
+	// was replaced, the leader counted one peer as inactive for good (a
+	// pipeline send to the peer's old address failed after the peer's stream
+	// was up, and nothing marked it active again) and refused every removal,
+	// while the other members saw all peers connected.
+	Fallbacks []string
 	// MemberID is the member acted on (the transferee for MoveLeader).
 	MemberID uint64
 	// PeerURL is the URL to add (AddLearner) or set (UpdatePeerURLs).
@@ -96,6 +106,22 @@ const disarmBelowPercent = 80
 // learner; remove a member nobody wants (dead ones first, the leader last, after
 // moving leadership away); add the next missing member as a learner.
 func Plan(o Observed, d Desired) Action {
+	a := plan(o, d)
+	if a.Changes() {
+		exclude := []uint64{}
+		if a.Type == ActionRemoveMember {
+			exclude = append(exclude, a.MemberID)
+		}
+		for _, e := range healthyVoterEndpoints(o, exclude...) {
+			if e != a.Endpoint {
+				a.Fallbacks = append(a.Fallbacks, e)
+			}
+		}
+	}
+	return a
+}
+
+func plan(o Observed, d Desired) Action {
 	if !o.AnyReachable() || len(o.Members) == 0 {
 		return none(ReasonClusterUnreachable, "no etcd member answered")
 	}
@@ -350,20 +376,28 @@ func disagreement(o Observed) string {
 // healthyVoterEndpoint is a client URL of a healthy voting member other than
 // the excluded ones, the leader's when it qualifies.
 func healthyVoterEndpoint(o Observed, exclude ...uint64) string {
-	best := ""
+	if all := healthyVoterEndpoints(o, exclude...); len(all) > 0 {
+		return all[0]
+	}
+	return ""
+}
+
+// healthyVoterEndpoints are the client URLs of the healthy voting members other
+// than the excluded ones, the leader's first.
+func healthyVoterEndpoints(o Observed, exclude ...uint64) []string {
+	var out []string
 	for _, v := range o.voters() {
 		if slices.Contains(exclude, v.ID) || !o.Healthy(v.ID) {
 			continue
 		}
 		s, _ := o.Status(v.ID)
 		if v.ID == o.Leader {
-			return s.Endpoint
-		}
-		if best == "" {
-			best = s.Endpoint
+			out = append([]string{s.Endpoint}, out...)
+		} else {
+			out = append(out, s.Endpoint)
 		}
 	}
-	return best
+	return out
 }
 
 // QuorumLostMessage says member by member what answered, for a cluster whose
