@@ -84,6 +84,8 @@ func TestCreateStoresTheClusterTheFlagsAskFor(t *testing.T) {
 				t.Errorf("stdout does not confirm the creation: %q", r.out)
 			}
 			got := getCluster(t, ns, name).Spec
+			// The CRD's default, applied by the API server, not by k3kcli.
+			tc.want.PodSecurityLevel = v1beta1.PodSecurityBaseline
 			if !equality.Semantic.DeepEqual(got, tc.want) {
 				t.Errorf("stored spec differs\n got: %+v\nwant: %+v", got, tc.want)
 			}
