@@ -28,6 +28,7 @@ import (
 // running while the server pod is deleted, and status updates must resume
 // afterwards.
 func TestSharedAgent(t *testing.T) {
+	t.Parallel()
 	image := os.Getenv("E2E_WORKLOAD_IMAGE")
 	if image == "" {
 		image = "k3k-io/k3k-datastore:dev"

@@ -45,6 +45,7 @@ const (
 // in place (no deletion), where the sidecar keeps running and cannot tell a
 // dead holder from a live one, so k3s's own 25s remain (docs/architecture.md).
 func TestBootstrapLockAfterDeletionDuringFirstStart(t *testing.T) {
+	t.Parallel()
 	const wantHits, maxAttempts, inPlaceRounds = 5, 8, 3
 	var hit, missed, inPlace []time.Duration
 	var last *vcluster

@@ -127,6 +127,7 @@ func deleteServerPod(t *testing.T, v *vcluster) recovery {
 // each step starts from what the previous one left and checks that nothing
 // written so far was lost.
 func TestSQLiteDynamic(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "dynamic", "--datastore", "sqlite", "--persistence-type", "dynamic")
 	var written []workload
 	write := func(t *testing.T, name string) {
@@ -260,6 +261,7 @@ func TestSQLiteDynamic(t *testing.T) {
 // pod starts an empty cluster (a new CA, so a new kubeconfig) that is usable
 // again once its kubeconfig is republished.
 func TestEphemeral(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	v := createCluster(t, "ephemeral", "--persistence-type", "ephemeral")
 	w := workload{namespace: "before-restart"}

@@ -29,6 +29,7 @@ import (
 // then its datastore process is stopped for 10 s (SIGSTOP/SIGCONT from the
 // node) → the same member ID, no second replacement (defect 1).
 func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "repl", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
 	crc := clusterClient(t)
 	before := waitMembers(t, crc, v, 3, 10*time.Minute)
@@ -70,6 +71,9 @@ func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
 // Scenario b: the controller is stopped, server pods 1 and 2 are deleted,
 // servers: 1, the controller is started → no pod stuck Terminating past 2
 // minutes, the API back, every object written before there (defect 2).
+//
+// It is the one scenario that does not run in parallel: it stops the controller,
+// which every other scenario's cluster needs. Go runs it before the parallel ones.
 func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
 	v := createCluster(t, "ctrl", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
 	crc := clusterClient(t)
@@ -112,6 +116,7 @@ func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
 // three healthy voters each time, no datastore restart, no set-aside data dir
 // left (defect 5).
 func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "bounce", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
 	crc := clusterClient(t)
 	members := waitMembers(t, crc, v, 3, 10*time.Minute)
@@ -151,6 +156,7 @@ func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
 // and why; `k3kcli cluster recover` brings the API back with every object the
 // surviving member had.
 func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "lost", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
 	crc := clusterClient(t)
 	before := waitMembers(t, crc, v, 3, 10*time.Minute)

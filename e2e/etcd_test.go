@@ -25,6 +25,7 @@ import (
 // one at a time without losing quorum. The workload written at the start must
 // be there after every step.
 func TestEtcdHA(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "ha", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
 	crc := clusterClient(t)
 	members := waitMembers(t, crc, v, 3, 10*time.Minute)

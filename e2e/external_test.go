@@ -52,6 +52,7 @@ func postgres(t *testing.T, args ...string) {
 // show as a Cluster condition naming the cause, with k3s never started on
 // it, and nothing may print the password.
 func TestExternalPostgres(t *testing.T) {
+	t.Parallel()
 	addr := os.Getenv("E2E_POSTGRES_ADDRESS")
 	if addr == "" {
 		addr = cfg.nodeIP

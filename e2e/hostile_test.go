@@ -226,6 +226,7 @@ func restrictedPod(p *corev1.Pod) {
 // Then the Cluster is switched to restricted and what baseline allows but
 // restricted refuses is tried.
 func TestHostilePods(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "hostile")
 	node := "k3k-hostile-kubelet"
 	waitNodeReady(t, v, node)
@@ -529,19 +530,6 @@ func waitNodeReady(t *testing.T, v *vcluster, node string) {
 		}
 		return false, nil
 	})
-}
-
-func createVirtualPod(t *testing.T, v *vcluster, p *corev1.Pod) {
-	t.Helper()
-	if err := retry(func(ctx context.Context) error {
-		_, err := v.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("creating virtual pod %s: %v", p.Name, err)
-	}
 }
 
 func waitPodPhase(t *testing.T, v *vcluster, ns, name string, phase corev1.PodPhase) {

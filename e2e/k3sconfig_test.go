@@ -19,6 +19,7 @@ import (
 // cloud controller, and the agent's Node keeps the addresses the agent
 // reports (its pod IP, which the API server dials for logs and exec).
 func TestK3sConfig(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "k3sconf")
 	node := "k3k-k3sconf-kubelet"
 	var n *corev1.Node

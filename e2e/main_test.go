@@ -385,3 +385,48 @@ func waitPodReplaced(t *testing.T, v *vcluster, old *corev1.Pod, timeout time.Du
 	})
 	return fresh
 }
+
+// createVirtualPod creates p in the virtual cluster v, in p's namespace, once
+// that namespace's default ServiceAccount exists (the API server refuses pods
+// before it does). Transient failures are retried; a pod already there from an
+// earlier try counts as created.
+func createVirtualPod(t *testing.T, v *vcluster, p *corev1.Pod) {
+	t.Helper()
+	eventually(t, time.Minute, "ServiceAccount default in virtual namespace "+p.Namespace, func(ctx context.Context) (bool, error) {
+		_, err := v.client.CoreV1().ServiceAccounts(p.Namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.CoreV1().Pods(p.Namespace).Create(ctx, p.DeepCopy(), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("creating virtual pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+}
+
+// inNamespace sets p's namespace and returns p.
+func inNamespace(p *corev1.Pod, ns string) *corev1.Pod {
+	p.Namespace = ns
+	return p
+}
+
+// waitAgentNode waits for the agent's node to be Ready in v.
+func waitAgentNode(t *testing.T, v *vcluster) {
+	t.Helper()
+	node := "k3k-" + v.name + "-kubelet"
+	eventually(t, 5*time.Minute, "node "+node+" Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
+		n, err := v.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+}

@@ -29,6 +29,7 @@ import (
 // the host cluster's enforcer (hack/tools/netpol), and not a network that
 // never worked.
 func TestNetworkPolicy(t *testing.T) {
+	t.Parallel()
 	a := createCluster(t, "npa")
 	b := createCluster(t, "npb")
 	const ns = "net"
@@ -48,10 +49,10 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 
 	// B: a web server another tenant must not reach.
-	createVirtualPod(t, b, ns, httpdPod("target"))
+	createVirtualPod(t, b, inNamespace(httpdPod("target"), ns))
 	// A: a web server behind a Service, and the client the probes run in.
-	createVirtualPod(t, a, ns, httpdPod("web"))
-	createVirtualPod(t, a, ns, idlePod("client"))
+	createVirtualPod(t, a, inNamespace(httpdPod("web"), ns))
+	createVirtualPod(t, a, inNamespace(idlePod("client"), ns))
 	if err := retry(func(ctx context.Context) error {
 		_, err := a.client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
@@ -268,35 +269,3 @@ func idlePod(app string) *corev1.Pod {
 
 // createVirtualPod creates pod in namespace ns of v, once the namespace's
 // default ServiceAccount exists (the virtual API refuses pods before).
-func createVirtualPod(t *testing.T, v *vcluster, ns string, pod *corev1.Pod) {
-	t.Helper()
-	pod.Namespace = ns
-	eventually(t, time.Minute, "ServiceAccount default in virtual namespace "+ns, func(ctx context.Context) (bool, error) {
-		_, err := v.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, err
-	})
-	if err := retry(func(ctx context.Context) error {
-		_, err := v.client.CoreV1().Pods(ns).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		t.Fatalf("creating virtual pod %s/%s: %v", ns, pod.Name, err)
-	}
-}
-
-// waitAgentNode waits for the agent's node to be Ready in v.
-func waitAgentNode(t *testing.T, v *vcluster) {
-	t.Helper()
-	node := "k3k-" + v.name + "-kubelet"
-	eventually(t, 5*time.Minute, "node "+node+" Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
-		n, err := v.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
-	})
-}

@@ -24,6 +24,7 @@ import (
 // server and agent use, then asks the virtual cluster for two: the host
 // admits one and refuses the other, and the refused virtual pod says why.
 func TestQuota(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "quota")
 	waitAgentNode(t, v)
 	ctx := context.Background()

@@ -76,6 +76,7 @@ func hammer(ctx context.Context, c kubernetes.Interface, n int, tag string) []er
 // requests through the kubeconfig k3kcli wrote the moment create returns. Not
 // one may fail: create returning means the API serves at that address.
 func TestReadinessCreateThenHammer(t *testing.T) {
+	t.Parallel()
 	const rounds, requests = 10, 50
 	var failed, total int
 	var took []time.Duration
@@ -124,6 +125,7 @@ type event struct {
 // serves fails requests right after it turns Ready; those must not happen.
 // Errors while a deleted pod terminates are counted and reported apart.
 func TestReadinessHAServersDeletedOneByOne(t *testing.T) {
+	t.Parallel()
 	v := createCluster(t, "rolling", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
 	crc := clusterClient(t)
 	waitMembers(t, crc, v, 3, 10*time.Minute)

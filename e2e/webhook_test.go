@@ -33,13 +33,14 @@ import (
 // kube-apiserver reaches the pod on its endpoint address (the host pod's IP)
 // because k3k turns enable-aggregator-routing on (docs/architecture.md).
 func TestWebhookAndAggregatedAPI(t *testing.T) {
+	t.Parallel()
 	image := os.Getenv("E2E_WEBHOOK_IMAGE")
 	if image == "" {
 		image = "k3k-io/k3k-e2e-webhook:dev" // hack/images.sh e2e-webhook
 	}
 	v := createCluster(t, "hooks")
 	const ns, svcName = "hooks", "e2e-webhook"
-	waitAgentNode(t, v, "k3k-hooks-kubelet")
+	waitAgentNode(t, v)
 
 	// The webhook's TLS: a CA of the test's own, a serving certificate for the
 	// Service's names, which the apiserver checks against caBundle.
@@ -226,23 +227,5 @@ func TestWebhookAndAggregatedAPI(t *testing.T) {
 		if err != nil {
 			t.Errorf("discovery of e2e.k3k.io/v1alpha1: %v", err)
 		}
-	})
-}
-
-// waitAgentNode waits until the shared agent's node is Ready in the virtual
-// cluster.
-func waitAgentNode(t *testing.T, v *vcluster, node string) {
-	t.Helper()
-	eventually(t, 5*time.Minute, "the agent's node Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
-		n, err := v.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
 	})
 }

@@ -17,6 +17,7 @@
 #                    hack/k3s.sh). Set, e.g. rancher/k3s:v1.34.3-k3s1, the deployed
 #                    images' pull policy becomes IfNotPresent so it can be pulled
 #        E2E_SKIP_IMAGES=1 reuse the tarballs in _output/images
+#        E2E_PARALLEL=4 how many scenarios run at once (each has its own virtual cluster)
 #        E2E_KEEP=1  leave the host cluster up after `test` (for debugging)
 #        E2E_DUMP_LINES=150 log lines per container in the dump a failed `test` prints
 #        E2E_LOCK_WAIT=3600 seconds to wait for another run on the same host cluster
@@ -205,7 +206,10 @@ cmd_test() {
   install
   local tags="e2e${E2E_EXTRA_TAGS:+,$E2E_EXTRA_TAGS}"
   say "go test -tags $tags ./e2e/ $*"
-  E2E_K3KCLI=$BIN/k3kcli interruptible go test -tags "$tags" -count=1 -v -timeout 30m ./e2e/ "$@"
+  # Scenarios run side by side (each on its own virtual cluster in its own
+  # namespace; see e2e/doc.go): most of their time is spent waiting for pods.
+  E2E_K3KCLI=$BIN/k3kcli interruptible go test -tags "$tags" -count=1 -v -timeout 80m \
+    -parallel "${E2E_PARALLEL:-4}" ./e2e/ "$@"
   say "suite passed"
 }
 
