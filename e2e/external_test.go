@@ -102,6 +102,9 @@ func TestExternalPostgres(t *testing.T) {
 					Endpoint: endpoint, SecretRef: &corev1.LocalObjectReference{Name: "pg"},
 				}},
 				Expose: &v1beta1.ExposeConfig{NodePort: &v1beta1.NodePortConfig{}},
+				// The test reaches the API on the node's node port, as
+				// k3kcli cluster create --expose nodeport arranges.
+				TLSSANs: []string{cfg.nodeIP},
 			},
 		}
 		if err := crc.Create(ctx, c); err != nil {
