@@ -181,28 +181,37 @@ const (
 	blocked
 )
 
-// probe runs busybox wget in the client pod. wget succeeding, or failing
-// after it connected (an HTTP error, a TLS server closing on plain HTTP),
-// means reached.
+// probe sends an HTTP/1.0 request with busybox nc from the client pod (its
+// wget segfaults, in the static binary's service lookup). Reached means nc
+// connected (it exits 0, or the server answered); blocked means nc could not
+// connect (the enforcer rejects: "refused", or drops: "timed out"); anything
+// else, an exec that did not run included, is unknown and tried again.
 func (p prober) probe(ctx context.Context, pr probe) (outcome, string) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("http://%s:%d%s", pr.ip, pr.port, pr.path)
-	o, e, err := execIn(ctx, p.rc, p.ns, p.pod, "sh", "", "wget", "-q", "-T", "3", "-O", "/dev/null", url)
-	detail := fmt.Sprintf("wget %s: %v: %s%s", url, err, o, strings.TrimSpace(e))
+	script := fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' | nc -w 3 %s %d`, pr.path, pr.ip, pr.ip, pr.port)
+	o, e, err := execIn(ctx, p.rc, p.ns, p.pod, "sh", "", "sh", "-c", script)
+	detail := fmt.Sprintf("nc %s:%d: %v: %q %q", pr.ip, pr.port, err, firstLine(o), strings.TrimSpace(e))
 	var exit utilexec.CodeExitError
-	switch {
-	case err == nil:
-		return reached, "wget " + url + " succeeded"
-	case !errors.As(err, &exit):
+	if err != nil && !errors.As(err, &exit) {
 		return unknown, detail
+	}
+	// nc exits 0 only once it connected and the server closed the
+	// connection (a TLS server may close on plain HTTP without a word).
+	if err == nil || strings.Contains(o, "HTTP/1.") {
+		return reached, detail
 	}
 	for _, no := range []string{"refused", "timed out", "unreachable", "No route"} {
 		if strings.Contains(e, no) {
 			return blocked, detail
 		}
 	}
-	return reached, detail
+	return unknown, detail
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(line)
 }
 
 // expect waits up to a minute for pr to be reached (want true) or blocked
