@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,15 @@ func TestNetworkPolicy(t *testing.T) {
 		// And back on: the first denial holds again.
 		for _, v := range []*vcluster{a, b} {
 			setNetworkPolicy(t, crc, v, true)
+		}
+		// What the node reaches now (logged for diagnosis; the node's own
+		// traffic is not subject to policy).
+		for _, addr := range []string{net.JoinHostPort(server.Status.PodIP, "6443"), strings.TrimPrefix(rc.Host, "https://")} {
+			conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			t.Logf("from the node, with the policies back: dial %s: %v", addr, err)
 		}
 		p.expect(t, denied[0], false)
 		p.expect(t, allowed[0], true)
