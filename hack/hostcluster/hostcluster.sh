@@ -281,7 +281,7 @@ cmd_up() {
   say "node Ready"
   if [ "$NETPOL" = 1 ]; then
     # It reads the node's addresses when it starts, so only once the node is Ready.
-    launch netpol "$TOOLS/netpol" -kubeconfig "$PKI/admin.kubeconfig" -node "$NODE" -service-cidr "$SERVICE_CIDR"
+    launch netpol "$TOOLS/netpol" -kubeconfig "$PKI/admin.kubeconfig" -node "$NODE" -service-cidr "$SERVICE_CIDR" -v=1
     until_ok 60 "the network policy controller's chains" iptables -w -S KUBE-ROUTER-FORWARD
     say "network policy enforced (kube-router netpol)"
   fi
