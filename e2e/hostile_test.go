@@ -58,13 +58,17 @@ func addCap(c string) func(*corev1.Pod) {
 	}
 }
 
-func ephemeralVolume(change func(*corev1.PersistentVolumeClaimTemplate)) func(*corev1.Pod) {
+// ephemeralVolume adds a generic ephemeral volume changed by change. The
+// virtual scheduler waits for the claim to bind, which it never does in the
+// virtual cluster, so a non-empty node pins the pod there, as a tenant can.
+func ephemeralVolume(node string, change func(*corev1.PersistentVolumeClaimTemplate)) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		t := &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}},
 		}}
 		change(t)
+		p.Spec.NodeName = node
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "eph", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: t}}})
 	}
 }
@@ -74,6 +78,7 @@ func privileged(c *corev1.Container) { scOf(c).Privileged = ptr.To(true) }
 // baselineEscapes are tried in a cluster at the default level, baseline.
 func baselineEscapes(v *vcluster) []escape {
 	const baseline = `Pod Security "baseline": `
+	node := "k3k-" + v.name + "-kubelet"
 	return []escape{
 		{"privileged", unsupported, baseline + `privileged (container "main" must not set securityContext.privileged=true)`, func(p *corev1.Pod) { privileged(ctr0(p)) }},
 		{"privileged-init", unsupported, `container "init" must not set securityContext.privileged=true`, func(p *corev1.Pod) {
@@ -120,7 +125,7 @@ func baselineEscapes(v *vcluster) []escape {
 		{"apparmor-annotation", unsupported, `AppArmor profile`, func(p *corev1.Pod) {
 			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}
 		}},
-		{"procmount-unmasked", unsupported, `procMount`, func(p *corev1.Pod) {
+		{"procmount-unmasked", unsupported, `must not set securityContext.procMount to "Unmasked"`, func(p *corev1.Pod) {
 			p.Spec.HostUsers = ptr.To(false) // the API allows Unmasked only in a user namespace
 			scOf(ctr0(p)).ProcMount = ptr.To(corev1.UnmaskedProcMount)
 		}},
@@ -148,25 +153,25 @@ func baselineEscapes(v *vcluster) []escape {
 			ctr0(p).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
 				Host: "127.0.0.1", Path: "/pods", Port: intstr.FromInt32(10250), Scheme: corev1.URISchemeHTTPS}}}
 		}},
-		{"ephemeral-datasource", unsupported, `volume "eph": ephemeral.volumeClaimTemplate.spec.dataSource`, ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+		{"ephemeral-datasource", unsupported, `volume "eph": ephemeral.volumeClaimTemplate.spec.dataSource`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "data-" + v.pod()}
 		})},
-		{"ephemeral-datasourceref", unsupported, `ephemeral.volumeClaimTemplate.spec.dataSourceRef`, ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+		{"ephemeral-datasourceref", unsupported, `ephemeral.volumeClaimTemplate.spec.dataSourceRef`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "data-" + v.pod()}
 		})},
-		{"ephemeral-volumename", unsupported, `ephemeral.volumeClaimTemplate.spec.volumeName`, ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+		{"ephemeral-volumename", unsupported, `ephemeral.volumeClaimTemplate.spec.volumeName`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Spec.VolumeName = "pvc-of-another-tenant"
 		})},
-		{"ephemeral-selector", unsupported, `ephemeral.volumeClaimTemplate.spec.selector`, ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+		{"ephemeral-selector", unsupported, `ephemeral.volumeClaimTemplate.spec.selector`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"k3k.io/cluster": "another"}}
 		})},
-		{"ephemeral-labels", unsupported, `ephemeral.volumeClaimTemplate.metadata.labels`, ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+		{"ephemeral-labels", unsupported, `ephemeral.volumeClaimTemplate.metadata.labels`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Labels = map[string]string{"app.kubernetes.io/managed-by": "k3k", "k3k.io/cluster": v.name, "k3k.io/component": "server"}
 		})},
-		{"ephemeral-annotations", unsupported, `ephemeral.volumeClaimTemplate.metadata.annotations`, ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+		{"ephemeral-annotations", unsupported, `ephemeral.volumeClaimTemplate.metadata.annotations`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Annotations = map[string]string{"volume.kubernetes.io/selected-node": "elsewhere"}
 		})},
-		{"ephemeral-storage-class", unsupported, `storage class "premium" is not one the host administrator allowed`, ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+		{"ephemeral-storage-class", unsupported, `storage class "premium" is not one the host administrator allowed`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Spec.StorageClassName = ptr.To("premium")
 		})},
 		{"nodename-cpu", "OutOfcpu", "Node didn't have enough resource: cpu, requested: 64", func(p *corev1.Pod) {
@@ -326,7 +331,7 @@ func TestHostilePods(t *testing.T) {
 			{"probe host", "must not name a host in probes", func(p *corev1.Pod) {
 				ctr0(p).LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "169.254.169.254", Port: intstr.FromInt32(80)}}}
 			}},
-			{"ephemeral volume cloning the server's claim", "may only ask for storage", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
+			{"ephemeral volume cloning the server's claim", "may only ask for storage", ephemeralVolume("", func(t *corev1.PersistentVolumeClaimTemplate) {
 				t.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "data-" + v.pod()}
 			})},
 		}

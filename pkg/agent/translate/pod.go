@@ -32,6 +32,7 @@ func (e *UnsupportedError) Error() string {
 func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	reasons := t.unsupported(&vpod.Spec)
 	reasons = append(reasons, t.pss.Check(&vpod.ObjectMeta, &vpod.Spec)...)
+	reasons = append(reasons, t.procMount(&vpod.Spec)...)
 	if len(reasons) > 0 {
 		return nil, &UnsupportedError{Reasons: reasons}
 	}
@@ -99,6 +100,28 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 		return nil, &UnsupportedError{Reasons: reasons}
 	}
 	return host, nil
+}
+
+// procMount refuses a procMount other than Default below the privileged
+// level even in a user namespace: the standards allow that from 1.35 on
+// (hostUsers false), a host of an older version does not, and the agent guard
+// refuses it at the host API whatever the host's version.
+func (t *Translator) procMount(spec *corev1.PodSpec) []string {
+	if t.pss.Level() == podsecurity.Privileged {
+		return nil
+	}
+	var r []string
+	visit := func(c *corev1.Container) {
+		if sc := c.SecurityContext; sc != nil && sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
+			r = append(r, fmt.Sprintf(`Pod Security %q: procMount (container %q must not set securityContext.procMount to %q, also in a user namespace)`,
+				t.pss.Level(), c.Name, *sc.ProcMount))
+		}
+	}
+	forEachContainer(spec, visit)
+	for i := range spec.EphemeralContainers {
+		visit((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon))
+	}
+	return r
 }
 
 // PodSecurityLevel is the level pods are held to.

@@ -68,6 +68,11 @@ var escapes = []struct {
 		p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/app": "unconfined"}
 	}, `AppArmor profile`},
 	{"procMount Unmasked", func(p *corev1.Pod) { sc(p).ProcMount = ptr.To(corev1.UnmaskedProcMount) }, `procMount`},
+	{"procMount Unmasked in a user namespace", func(p *corev1.Pod) {
+		// The standards allow it from 1.35 on; the agent and its guard do not.
+		p.Spec.HostUsers = ptr.To(false)
+		sc(p).ProcMount = ptr.To(corev1.UnmaskedProcMount)
+	}, `container "app" must not set securityContext.procMount to "Unmasked", also in a user namespace`},
 	{"SELinux options", func(p *corev1.Pod) {
 		p.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t", User: "system_u"}
 	}, `seLinuxOptions`},
