@@ -240,7 +240,7 @@ func volumeDir(t *testing.T, v *vcluster, p *corev1.Pod) string {
 			t.Fatal(err)
 		}
 		if pv.Spec.HostPath == nil {
-			t.Skipf("volume %s is no hostPath volume: its directory cannot be inspected", pv.Name)
+			t.Fatalf("volume %s is no hostPath volume: this scenario inspects the member's data directory on the node, which needs the host cluster's hostPath provisioner", pv.Name)
 		}
 		return pv.Spec.HostPath.Path
 	}

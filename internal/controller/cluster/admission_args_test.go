@@ -79,6 +79,8 @@ func TestAdmissionRefusesServerArgsThatOverrideK3k(t *testing.T) {
 		{"the API server's etcd-prefix hides the data", []string{"--kube-apiserver-arg=etcd-prefix+=/other"}, "serverArgs: --kube-apiserver-arg may not set etcd-*"},
 		{"the API server's storage-backend", []string{"-kube-apiserver-arg=storage-backend=etcd2"}, "serverArgs: --kube-apiserver-arg may not set etcd-*"},
 		{"the API server's secure-port", []string{"--kube-apiserver-arg=secure-port=1"}, "secure-port or bind-address"},
+		{"a space before the API server flag (k3s trims it)", []string{"--kube-apiserver-arg= etcd-servers=http://elsewhere:2379"}, "must start with the flag's name"},
+		{"a tab before the API server flag (k3s trims it)", []string{"--kube-apiserver-arg=\t--etcd-servers=http://elsewhere:2379"}, "must start with the flag's name"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +131,9 @@ func TestAdmissionRefusesServerEnvsThatOverrideK3k(t *testing.T) {
 		{"an allowed name may not read a Secret", []v1beta1.ServerEnvVar{{Name: "HTTPS_PROXY", ValueFrom: secretRef}}, "serverEnvs: valueFrom may only use fieldRef or resourceFieldRef"},
 		{"an allowed name may not read a ConfigMap", []v1beta1.ServerEnvVar{{Name: "NO_PROXY", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "k3k-demo-server-config"}, Key: "config.yaml",
+		}}}}, "serverEnvs: valueFrom may only use fieldRef or resourceFieldRef"},
+		{"an allowed name may not read a file", []v1beta1.ServerEnvVar{{Name: "NO_PROXY", ValueFrom: &corev1.EnvVarSource{FileKeyRef: &corev1.FileKeySelector{
+			VolumeName: "token", Path: "token", Key: "token",
 		}}}}, "serverEnvs: valueFrom may only use fieldRef or resourceFieldRef"},
 	}
 	for i, tc := range cases {

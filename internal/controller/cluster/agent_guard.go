@@ -113,7 +113,8 @@ const storageOnly = "(has(v.ephemeral.volumeClaimTemplate) && " +
 	"(!has(v.ephemeral.volumeClaimTemplate.metadata.annotations) || size(v.ephemeral.volumeClaimTemplate.metadata.annotations) == 0))) && " +
 	"!has(v.ephemeral.volumeClaimTemplate.spec.volumeName) && !has(v.ephemeral.volumeClaimTemplate.spec.dataSource) && " +
 	"!has(v.ephemeral.volumeClaimTemplate.spec.dataSourceRef) && !has(v.ephemeral.volumeClaimTemplate.spec.selector) && " +
-	"!has(v.ephemeral.volumeClaimTemplate.spec.volumeAttributesClassName))"
+	"!has(v.ephemeral.volumeClaimTemplate.spec.volumeAttributesClassName) && " +
+	"(!has(v.ephemeral.volumeClaimTemplate.spec.storageClassName) || v.ephemeral.volumeClaimTemplate.spec.storageClassName != ''))"
 
 func agentGuardValidations() []admissionregistrationv1.Validation {
 	forbidden := ptr.To(metav1.StatusReasonForbidden)
@@ -291,9 +292,13 @@ func podSecurityVariables(allowPrivileged string) []admissionregistrationv1.Vari
 		// system:serviceaccount:<ns>:k3k-<cluster>-kubelet
 		{Name: "sa", Expression: "request.userInfo.username.split(':')[3]"},
 		{Name: "mine", Expression: "params.metadata.name == variables.sa.substring(4, size(variables.sa) - 8)"},
-		{Name: "level", Expression: "!has(params.spec.podSecurityLevel) || params.spec.podSecurityLevel == '' ? 'baseline' : " +
+		// Every Cluster of the namespace is a param and each must pass: another
+		// cluster's param holds the agent to baseline, so an agent whose own
+		// Cluster is gone (its ServiceAccount not yet collected) or is not
+		// matched never escapes to privileged.
+		{Name: "level", Expression: "!variables.mine || !has(params.spec.podSecurityLevel) || params.spec.podSecurityLevel == '' ? 'baseline' : " +
 			"(params.spec.podSecurityLevel == 'privileged' && !(" + allowPrivileged + ") ? 'baseline' : params.spec.podSecurityLevel)"},
-		{Name: "enforce", Expression: "variables.pod && variables.mine && variables.level != 'privileged'"},
+		{Name: "enforce", Expression: "variables.pod && variables.level != 'privileged'"},
 		{Name: "restricted", Expression: "variables.enforce && variables.level == 'restricted'"},
 		{Name: "containers", Expression: "variables.pod ? object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) : []"},
 		{Name: "psc", Expression: "variables.pod && has(object.spec.securityContext) ? object.spec.securityContext : null"},

@@ -198,6 +198,10 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("k-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) { t.Spec.VolumeName = "pv-1" })), metav1.CreateOptions{})
 			return err
 		}, "may only ask for storage"},
+		{"an ephemeral volume of the empty class, which binds pre-provisioned volumes", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("n-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) { t.Spec.StorageClassName = ptr.To("") })), metav1.CreateOptions{})
+			return err
+		}, "may only ask for storage"},
 		{"an ephemeral volume choosing volumes by label", func() error {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("l-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
 				t.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}

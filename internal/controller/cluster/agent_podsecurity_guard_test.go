@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -234,6 +235,30 @@ func TestAgentPodSecurityGuard(t *testing.T) {
 			sc(p).Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
 		}), metav1.CreateOptions{}); err != nil {
 			t.Errorf("refused at an allowed privileged level: %v", err)
+		}
+
+		// Its Cluster deleted while another stays in the namespace: the
+		// agent (its ServiceAccount not yet collected) matches no param of
+		// its own, and the other Cluster's param holds it to baseline.
+		neighbour := sampleCluster()
+		neighbour.Name, neighbour.Namespace = "neighbour", ns2
+		if err := k8s.Create(ctx, neighbour); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8s.Delete(ctx, trusted); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for i := 0; ; i++ {
+			name := fmt.Sprintf("p3-%d-shop-0123456789", i)
+			_, err := a.CoreV1().Pods(ns2).Create(ctx, hostPod(name, privileged), metav1.CreateOptions{})
+			if err != nil && strings.Contains(err.Error(), "must meet Pod Security level baseline: no privileged containers") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("an agent whose Cluster is gone still ran a privileged pod beside another Cluster: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	})
 

@@ -292,7 +292,12 @@ func (t *Translator) ephemeralVolume(name string, e *corev1.EphemeralVolumeSourc
 	if s.VolumeAttributesClassName != nil {
 		bad("spec.volumeAttributesClassName")
 	}
-	if c := s.StorageClassName; c != nil && *c != "" && !contains(t.cfg.StorageClasses, *c) {
+	if c := s.StorageClassName; c != nil && *c == "" {
+		// An empty class asks the host for a pre-provisioned volume without a
+		// class: any such PersistentVolume of the host (NFS, hostPath, a local
+		// disk made by hand) whose size and access mode fit would be bound.
+		r = append(r, fmt.Sprintf("volume %q: storage class \"\" (no class) would bind a pre-provisioned host volume; leave storageClassName unset for the host's default class", name))
+	} else if c != nil && !contains(t.cfg.StorageClasses, *c) {
 		r = append(r, fmt.Sprintf("volume %q: storage class %q is not one the host administrator allowed (%s)", name, *c, allowedClasses(t.cfg.StorageClasses)))
 	}
 	return r

@@ -129,6 +129,9 @@ var escapes = []struct {
 		v.Ephemeral.VolumeClaimTemplate.Annotations = map[string]string{"volume.kubernetes.io/selected-node": "node-1"}
 		p.Spec.Volumes = []corev1.Volume{v}
 	}, `ephemeral.volumeClaimTemplate.metadata.annotations`},
+	{"an ephemeral volume of the empty class, which binds pre-provisioned host volumes", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{ephemeral(func(s *corev1.PersistentVolumeClaimSpec) { s.StorageClassName = ptr.To("") })}
+	}, `volume "scratch": storage class "" (no class) would bind a pre-provisioned host volume`},
 	{"an ephemeral volume of a storage class not offered", func(p *corev1.Pod) {
 		p.Spec.Volumes = []corev1.Volume{ephemeral(func(s *corev1.PersistentVolumeClaimSpec) { s.StorageClassName = ptr.To("premium") })}
 	}, `storage class "premium" is not one the host administrator allowed`},
