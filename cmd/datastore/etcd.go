@@ -118,8 +118,15 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("building etcd logger: %w", err)
 	}
+	// rebuild is set once the running member found an operator's recovery
+	// request naming it and saw no quorum; only then does the next start
+	// rebuild the cluster from this member's data. A start never does so on
+	// the roster's word alone: the roster the kubelet mounts can lag a
+	// minute behind the controller, and a quorum that came back by itself in
+	// the meantime must not be split by a forced new cluster.
+	rebuild := false
 	for {
-		m, err := startWhenListed(ctx, o, zl)
+		m, err := startWhenListed(ctx, o, zl, rebuild)
 		if err != nil {
 			return err
 		}
@@ -128,7 +135,7 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 			"healthAddress", healthLn.Addr().String(), "metricsAddress", metricsLn.Addr().String())
 
 		var runErr error
-		rebuild := false
+		rebuild = false
 		poll := time.NewTicker(rosterPollInterval)
 		for !rebuild && runErr == nil && ctx.Err() == nil {
 			select {
@@ -175,10 +182,12 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 }
 
 // startWhenListed starts the member, waiting while the roster does not list it
-// yet. ErrDataLost is returned at once, after the report the controller reads
-// (the termination message, naming the lost member) is written: it needs the
-// controller, not time.
-func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*member.Member, error) {
+// yet. With rebuild, a recovery the roster names for this member's data is
+// performed (--force-new-cluster, once per request); the caller sets it only
+// after it saw the request and no quorum. ErrDataLost is returned at once,
+// after the report the controller reads (the termination message, naming the
+// lost member) is written: it needs the controller, not time.
+func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger, rebuild bool) (*member.Member, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	for {
 		// A member with data starts from it even when the roster is missing or
@@ -186,7 +195,7 @@ func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger) (*membe
 		// roster then. Only an empty member waits for it.
 		roster, readErr := etcd.ReadRoster(o.membersFile)
 		var request string
-		if dir, err := member.ReadDataDir(o.dataDir); err == nil && dir.HasData {
+		if dir, err := member.ReadDataDir(o.dataDir); rebuild && err == nil && dir.HasData {
 			request = recoveryFor(roster, o, dir.ID)
 		}
 		m, err := member.Start(ctx, member.Config{

@@ -12,10 +12,15 @@ const (
 )
 
 // PlanRecovery chooses the member that rebuilds a cluster which lost quorum:
-// the surviving voter with the most up-to-date log, by raft's own rule (the
-// highest term, then the highest index), so that no write any survivor holds
-// is lost; a write acknowledged by the lost quorum was on a majority, and a
-// survivor may hold it only if that majority included it. It refuses (false,
+// the surviving voter that is furthest along by what etcd's Status reports —
+// the highest current term, then the highest committed index, then the highest
+// applied index. That approximates raft's rule (last log term, then last log
+// index) from outside: Status does not report a member's last log entry, so a
+// survivor that appended an entry whose commit it had not learned yet can lose
+// to one that lacks it, and that entry is then lost with the rest of the
+// uncommitted tail. Every entry a survivor knows to be committed is kept. A
+// write acknowledged by the lost quorum was on a majority, and a survivor holds
+// it only if that majority included it. It refuses (false,
 // with why) unless quorum is lost now: while members confirm a quorum there is
 // nothing to recover, and while no member answers there is nothing to recover
 // from. It never runs on its own: an operator asks for it (docs/etcd.md).
@@ -33,7 +38,8 @@ func PlanRecovery(o Observed, request string) (Recovery, bool, string) {
 		if !s.Reachable || s.IsLearner || !listed || !m.Started() {
 			continue
 		}
-		if best == nil || s.RaftTerm > best.RaftTerm || (s.RaftTerm == best.RaftTerm && s.RaftIndex > best.RaftIndex) {
+		if best == nil || s.RaftTerm > best.RaftTerm || (s.RaftTerm == best.RaftTerm && s.RaftIndex > best.RaftIndex) ||
+			(s.RaftTerm == best.RaftTerm && s.RaftIndex == best.RaftIndex && s.RaftAppliedIndex > best.RaftAppliedIndex) {
 			best = s
 		}
 	}
