@@ -137,3 +137,51 @@ func TestAgentReportsEphemeralContainers(t *testing.T) {
 		t.Errorf("the pod stopped running: %s", p.Status.Phase)
 	}
 }
+
+// TestAPodTheHostQuotaRefusesSaysWhyAndStartsOnceThereIsRoom holds the host
+// namespace to a ResourceQuota with no room for pods: the virtual pod stays
+// Pending and says the host refused it and why (the tenant cannot see the host),
+// no host pod exists; once the quota has room, the agent's retries make the
+// host pod.
+func TestAPodTheHostQuotaRefusesSaysWhyAndStartsOnceThereIsRoom(t *testing.T) {
+	c := ctx(t)
+	const ns = "quota"
+	virtualNamespace(t, ns)
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-room", Namespace: hostNamespace},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}},
+	}
+	if _, err := hostAdmin.CoreV1().ResourceQuotas(hostNamespace).Create(c, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hostAdmin.CoreV1().ResourceQuotas(hostNamespace).Delete(c, quota.Name, metav1.DeleteOptions{}) })
+	// The quota admission plugin counts only once the quota's status is set;
+	// envtest runs no controller-manager, so the test sets it.
+	quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+	if _, err := hostAdmin.CoreV1().ResourceQuotas(hostNamespace).UpdateStatus(c, quota, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	vp := createVirtual(t, boundPod(ns, "over-quota"))
+	eventually(t, "the virtual pod naming the exceeded quota", func() error {
+		p, err := virtAdmin.CoreV1().Pods(ns).Get(c, vp.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodPending || p.Status.Reason != translate.ReasonHostForbidden || !strings.Contains(p.Status.Message, "exceeded quota: no-room") {
+			return fmt.Errorf("phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+		return nil
+	})
+	if _, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hostPodName(ns, vp.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a host pod for a pod the quota refused (get: %v)", err)
+	}
+
+	if err := hostAdmin.CoreV1().ResourceQuotas(hostNamespace).Delete(c, quota.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a host pod once the quota is gone", func() error {
+		_, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hostPodName(ns, vp.Name), metav1.GetOptions{})
+		return err
+	})
+}

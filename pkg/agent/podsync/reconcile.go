@@ -166,6 +166,13 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 		// is pointless. Forbidden (quota, admission) is retried: it may pass later.
 		return false, r.mirrorStatus(ctx, vpod, translate.FailedStatus(vpod, translate.ReasonHostRejected, err.Error()))
 	}
+	if apierrors.IsForbidden(err) {
+		// Retried (it may pass once the quota has room), and said on the
+		// virtual pod meanwhile: the tenant cannot see the host's answer.
+		if serr := r.mirrorStatus(ctx, vpod, translate.HostRefusedStatus(vpod, err.Error())); serr != nil {
+			return false, errors.Join(fmt.Errorf("creating host pod: %w", err), serr)
+		}
+	}
 	if err != nil {
 		return false, fmt.Errorf("creating host pod: %w", err)
 	}

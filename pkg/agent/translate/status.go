@@ -14,6 +14,9 @@ const (
 	ReasonHostPodLost = "HostPodLost"
 	// ReasonHostRejected: the host API refused the translated pod as invalid.
 	ReasonHostRejected = "HostRejected"
+	// ReasonHostForbidden: the host API refused the host pod for now (an
+	// exceeded ResourceQuota, an admission policy); the agent keeps trying.
+	ReasonHostForbidden = "HostForbidden"
 )
 
 // VirtualStatus is the status vpod should report while host runs it: the
@@ -35,13 +38,17 @@ func VirtualStatus(vpod, host *corev1.Pod) corev1.PodStatus {
 		InitContainerStatuses:      h.InitContainerStatuses,
 		ContainerStatuses:          h.ContainerStatuses,
 		EphemeralContainerStatuses: vpod.Status.EphemeralContainerStatuses,
-		QOSClass:                   h.QOSClass,
+		// The virtual pod keeps its own QoS class: the virtual API server set
+		// it from the pod as the tenant wrote it and refuses any change, while
+		// the host pod's can differ (a host LimitRange's default requests make
+		// a BestEffort pod Burstable there).
+		QOSClass: vpod.Status.QOSClass,
 	}
 	if s.Phase == "" {
 		s.Phase = corev1.PodPending
 	}
 	if s.QOSClass == "" {
-		s.QOSClass = vpod.Status.QOSClass
+		s.QOSClass = h.QOSClass
 	}
 	if h.ObservedGeneration != 0 {
 		s.ObservedGeneration = vpod.Generation
@@ -60,6 +67,19 @@ func VirtualStatus(vpod, host *corev1.Pod) corev1.PodStatus {
 		}
 		s.Conditions = append(s.Conditions, c)
 	}
+	return s
+}
+
+// HostRefusedStatus is the status of a virtual pod whose host pod the host API
+// refused for now (an exceeded ResourceQuota, an admission policy): still
+// Pending, with the host's answer as the pod's reason and message, so that
+// `kubectl get` and `describe` say why it does not start. The agent keeps
+// trying; the pod starts once the host admits it.
+func HostRefusedStatus(vpod *corev1.Pod, message string) corev1.PodStatus {
+	s := *vpod.Status.DeepCopy()
+	s.Phase = corev1.PodPending
+	s.Reason = ReasonHostForbidden
+	s.Message = message
 	return s
 }
 

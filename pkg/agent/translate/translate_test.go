@@ -444,6 +444,11 @@ func TestVirtualStatus(t *testing.T) {
 			Conditions:         []corev1.PodCondition{scheduled, {Type: corev1.PodReady, Status: corev1.ConditionTrue, ObservedGeneration: 3}},
 			ContainerStatuses:  running.Status.ContainerStatuses,
 		}},
+		{"the virtual pod keeps its QoS class when a host LimitRange made the host pod Burstable", &corev1.Pod{Status: corev1.PodStatus{
+			Phase: corev1.PodPending, QOSClass: corev1.PodQOSBurstable,
+		}}, corev1.PodStatus{
+			Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort, Conditions: []corev1.PodCondition{scheduled},
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
