@@ -154,7 +154,9 @@ func TestAPodTheHostQuotaRefusesSaysWhyAndStartsOnceThereIsRoom(t *testing.T) {
 	if _, err := hostAdmin.CoreV1().ResourceQuotas(hostNamespace).Create(c, quota, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = hostAdmin.CoreV1().ResourceQuotas(hostNamespace).Delete(c, quota.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = hostAdmin.CoreV1().ResourceQuotas(hostNamespace).Delete(c, quota.Name, metav1.DeleteOptions{})
+	})
 	// The quota admission plugin counts only once the quota's status is set;
 	// envtest runs no controller-manager, so the test sets it.
 	quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
