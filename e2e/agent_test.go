@@ -34,19 +34,7 @@ func TestSharedAgent(t *testing.T) {
 		image = "k3k-io/k3k-datastore:dev"
 	}
 	v := createCluster(t, "shared")
-	node := "k3k-shared-kubelet"
-	eventually(t, 5*time.Minute, "the agent's node Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
-		n, err := v.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
-	})
+	waitAgentNode(t, v)
 
 	const ns = "shop"
 	labels := map[string]string{"app": "web"}

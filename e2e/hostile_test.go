@@ -171,6 +171,9 @@ func baselineEscapes(v *vcluster) []escape {
 		{"ephemeral-annotations", unsupported, `ephemeral.volumeClaimTemplate.metadata.annotations`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Annotations = map[string]string{"volume.kubernetes.io/selected-node": "elsewhere"}
 		})},
+		{"ephemeral-empty-storage-class", unsupported, `storage class "" (no class) would bind a pre-provisioned host volume`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
+			t.Spec.StorageClassName = ptr.To("")
+		})},
 		{"ephemeral-storage-class", unsupported, `storage class "premium" is not one the host administrator allowed`, ephemeralVolume(node, func(t *corev1.PersistentVolumeClaimTemplate) {
 			t.Spec.StorageClassName = ptr.To("premium")
 		})},
@@ -233,8 +236,7 @@ func restrictedPod(p *corev1.Pod) {
 func TestHostilePods(t *testing.T) {
 	t.Parallel()
 	v := createCluster(t, "hostile")
-	node := "k3k-hostile-kubelet"
-	waitNodeReady(t, v, node)
+	waitAgentNode(t, v)
 	const ns = "attack"
 	for _, create := range []func(ctx context.Context) error{
 		func(ctx context.Context) error {
@@ -357,7 +359,7 @@ func TestHostilePods(t *testing.T) {
 
 	t.Run("restricted", func(t *testing.T) {
 		setPodSecurityLevel(t, v, "restricted")
-		waitNodeReady(t, v, node)
+		waitAgentNode(t, v)
 		// The guard reads the Cluster directly: as the agent, root with
 		// privilege escalation is now refused at the host API too.
 		agent := asAgent(t, v)
@@ -518,22 +520,6 @@ func setPodSecurityLevel(t *testing.T, v *vcluster, level string) {
 			return false, fmt.Errorf("rollout %+v", s)
 		}
 		return true, nil
-	})
-}
-
-func waitNodeReady(t *testing.T, v *vcluster, node string) {
-	t.Helper()
-	eventually(t, 5*time.Minute, "the agent's node Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
-		n, err := v.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
 	})
 }
 

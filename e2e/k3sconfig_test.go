@@ -22,20 +22,7 @@ func TestK3sConfig(t *testing.T) {
 	t.Parallel()
 	v := createCluster(t, "k3sconf")
 	node := "k3k-k3sconf-kubelet"
-	var n *corev1.Node
-	eventually(t, 5*time.Minute, "the agent's node Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
-		var err error
-		n, err = v.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
-	})
+	n := waitAgentNode(t, v)
 
 	t.Run("k3s writes its kubeconfig link and starts no cloud controller", func(t *testing.T) {
 		p, err := serverPod(context.Background(), v)

@@ -413,15 +413,18 @@ func inNamespace(p *corev1.Pod, ns string) *corev1.Pod {
 	return p
 }
 
-// waitAgentNode waits for the agent's node to be Ready in v.
-func waitAgentNode(t *testing.T, v *vcluster) {
+// waitAgentNode waits for the agent's node (k3k-<name>-kubelet) to be Ready in
+// v and returns it.
+func waitAgentNode(t *testing.T, v *vcluster) *corev1.Node {
 	t.Helper()
-	node := "k3k-" + v.name + "-kubelet"
-	eventually(t, 5*time.Minute, "node "+node+" Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
-		n, err := v.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	name := "k3k-" + v.name + "-kubelet"
+	var node *corev1.Node
+	eventually(t, 5*time.Minute, "node "+name+" Ready in the virtual cluster", func(ctx context.Context) (bool, error) {
+		n, err := v.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
+		node = n
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
 				return c.Status == corev1.ConditionTrue, nil
@@ -429,4 +432,5 @@ func waitAgentNode(t *testing.T, v *vcluster) {
 		}
 		return false, nil
 	})
+	return node
 }
