@@ -30,11 +30,7 @@ import (
 // node) → the same member ID, no second replacement (defect 1).
 func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "repl", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
-	crc := clusterClient(t)
-	before := waitMembers(t, crc, v, 3, 10*time.Minute)
-	w := workload{namespace: "repl-data"}
-	w.create(t, v.client)
+	v, crc, before, w := etcdClusterWithWorkload(t, "repl")
 
 	pod := "k3k-repl-server-2"
 	old := getPod(t, v, pod)
@@ -75,11 +71,7 @@ func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
 // It is the one scenario that does not run in parallel: it stops the controller,
 // which every other scenario's cluster needs. Go runs it before the parallel ones.
 func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
-	v := createCluster(t, "ctrl", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
-	crc := clusterClient(t)
-	before := waitMembers(t, crc, v, 3, 10*time.Minute)
-	w := workload{namespace: "ctrl-data"}
-	w.create(t, v.client)
+	v, crc, before, w := etcdClusterWithWorkload(t, "ctrl")
 
 	scaleController(t, 0)
 	var olds []*corev1.Pod
@@ -117,11 +109,7 @@ func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
 // left (defect 5).
 func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "bounce", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
-	crc := clusterClient(t)
-	members := waitMembers(t, crc, v, 3, 10*time.Minute)
-	w := workload{namespace: "bounce-data"}
-	w.create(t, v.client)
+	v, crc, members, w := etcdClusterWithWorkload(t, "bounce")
 	for round := 1; round <= 2; round++ {
 		start := time.Now()
 		setServers(t, crc, v, 1)
@@ -157,11 +145,7 @@ func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
 // surviving member had.
 func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "lost", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
-	crc := clusterClient(t)
-	before := waitMembers(t, crc, v, 3, 10*time.Minute)
-	w := workload{namespace: "lost-data"}
-	w.create(t, v.client)
+	v, crc, before, w := etcdClusterWithWorkload(t, "lost")
 
 	for _, name := range []string{"k3k-lost-server-1", "k3k-lost-server-2"} {
 		deletePodAndVolume(t, v, getPod(t, v, name))

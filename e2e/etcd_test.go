@@ -150,3 +150,17 @@ func waitMembers(t *testing.T, crc client.Client, v *vcluster, n int, timeout ti
 	})
 	return got
 }
+
+// etcdClusterWithWorkload creates a virtual cluster name with three etcd
+// servers, waits for three healthy members and writes a workload into
+// namespace <name>-data; it returns the cluster, a client for Cluster objects,
+// the members by pod name and the workload to check later.
+func etcdClusterWithWorkload(t *testing.T, name string) (*vcluster, client.Client, map[string]string, workload) {
+	t.Helper()
+	v := createCluster(t, name, "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
+	crc := clusterClient(t)
+	members := waitMembers(t, crc, v, 3, 10*time.Minute)
+	w := workload{namespace: name + "-data"}
+	w.create(t, v.client)
+	return v, crc, members, w
+}
