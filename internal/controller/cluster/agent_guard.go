@@ -276,9 +276,16 @@ func DesiredAgentPodSecurityGuard(name, allowPrivileged string) (*admissionregis
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedByValue}},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName: name,
+			// Allow, not Deny, where a namespace holds no Cluster: the API
+			// server looks the params up before it evaluates the match
+			// condition, so Deny refused every pod of every such namespace
+			// to everyone (seen on a real node: the controller's own
+			// ReplicaSet could not make its pod in k3k-system). Agents exist
+			// only beside their Cluster; the main guard's rules hold them
+			// everywhere.
 			ParamRef: &admissionregistrationv1.ParamRef{
 				Selector:                &metav1.LabelSelector{},
-				ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
+				ParameterNotFoundAction: ptr.To(admissionregistrationv1.AllowAction),
 			},
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},

@@ -262,27 +262,41 @@ func TestAgentPodSecurityGuard(t *testing.T) {
 		}
 	})
 
-	t.Run("an agent whose namespace has no Cluster creates no pods", func(t *testing.T) {
-		ns3 := newNamespace(t)
-		gone := sampleCluster()
-		gone.Namespace = ns3
-		a := podSecurityGuard(t, ns3, "false", gone)
-		if err := k8s.Delete(ctx, gone); err != nil {
-			t.Fatal(err)
+}
+
+// TestAgentPodSecurityGuardLeavesNamespacesWithoutAClusterAlone binds the Pod
+// Security guard to every namespace, as the chart does. The API server looks a
+// binding's params up before it evaluates the policy's match condition, so a
+// binding that denied where no param exists refused every pod of every
+// namespace without a Cluster to everyone: seen on a real node, where the
+// controller's own ReplicaSet could no longer make its pod in k3k-system.
+func TestAgentPodSecurityGuardLeavesNamespacesWithoutAClusterAlone(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	role := DesiredAgentClusterRole("k3k-agent-everywhere")
+	policy, binding := DesiredAgentPodSecurityGuard("k3k-agent-pod-security-everywhere", "false")
+	for _, obj := range []client.Object{c, DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name), policy, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v", obj.GetName(), err)
 		}
-		deadline := time.Now().Add(time.Minute)
-		for {
-			_, err := a.CoreV1().Pods(ns3).Create(ctx, hostPod("x1-shop-0123456789", nil), metav1.CreateOptions{})
-			if err != nil && strings.Contains(err.Error(), "no params found") {
-				break
-			}
-			if err == nil {
-				_ = a.CoreV1().Pods(ns3).Delete(ctx, "x1-shop-0123456789", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("still allowed without a Cluster: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		for _, obj := range []client.Object{role, policy, binding} {
+			_ = k8s.Delete(context.Background(), obj)
 		}
 	})
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + AgentName(c),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	// The binding is in force once it refuses the agent of the Cluster.
+	waitForLevel(t, kubernetes.NewForConfigOrDie(cfg), ns, privileged, true)
+
+	other := newNamespace(t)
+	if _, err := kubernetes.NewForConfigOrDie(restConfig).CoreV1().Pods(other).Create(ctx, hostPod("plain-0123456789", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a pod in a namespace without a Cluster was refused: %v", err)
+	}
 }
