@@ -179,4 +179,10 @@ name=quantity,… flag value, in key order. */}}
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# Events on each Cluster (etcd recovery: Recovering, Recovered, RecoveryRefused),
+# written with the events.k8s.io API. Without this they were refused on a real
+# node ("cannot create resource events in API group events.k8s.io").
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
 {{- end -}}

@@ -280,7 +280,11 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 // survivor's sidecar restarts it with --force-new-cluster. Once members
 // confirm a quorum again the request is done; any other state refuses it. A
 // done or refused request is recorded as handled. It reports whether the
-// recovery is under way (the roster must then not be replaced).
+// roster must not be replaced yet: while the recovery is under way, and in the
+// reconcile that finds it done, so that the roster keeps naming the request
+// until the status records it as handled (seen on a real node: a reconcile
+// that found it done republished the roster, then failed on a pod update
+// before writing status, and the next one refused the request it had done).
 func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Cluster, observed etcd.Observed, o *observation) (bool, error) {
 	request := c.Annotations[AnnotationEtcdRecover]
 	if request == "" || o.etcd.hold || (c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest == request) {
@@ -322,7 +326,7 @@ func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Clust
 		o.etcd.recovery = &condResult{true, etcd.ReasonRecovered, msg}
 		r.event(c, corev1.EventTypeNormal, etcd.ReasonRecovered, "RecoverEtcd", msg)
 		o.etcd.handledRequest = request
-		return false, nil
+		return true, nil
 	}
 	msg = "recovery refused: " + msg
 	o.etcd.recovery = &condResult{false, etcd.ReasonRecoveryRefused, msg}

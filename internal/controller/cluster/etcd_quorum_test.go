@@ -311,6 +311,11 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 	if got := condition(t, c, ConditionDatastoreReady); got.Status != metav1.ConditionTrue {
 		t.Errorf("DatastoreReady %s/%s after the recovery", got.Status, got.Reason)
 	}
+	// The reconcile that found the recovery done kept the request in the
+	// roster: had its status write failed, the next one must still see it.
+	if roster := readRoster(t, c); roster.Recover == nil || roster.Recover.Request != "req-1" {
+		t.Errorf("roster when the recovery was found done %+v, want it to still name req-1 until the status records it", roster)
+	}
 	reconcileOnce(t, r, c)
 	if roster := readRoster(t, c); roster.Recover != nil || len(roster.Members) != 1 || roster.Members[0].ID != etcd.FormatID(survivor) {
 		t.Errorf("roster after the recovery %+v, want the survivor alone, no recovery", roster)
