@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,91 +98,6 @@ func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
 	t.Logf("scenario b: healthy with one member after %s; members %v → %v", time.Since(start).Round(time.Second), before, after)
 	if after["k3k-ctrl-server-0"] != before["k3k-ctrl-server-0"] {
 		t.Fatalf("server-0 changed from %s to %s", before["k3k-ctrl-server-0"], after["k3k-ctrl-server-0"])
-	}
-	w.check(t, v.client)
-}
-
-// Scenario c: 3 → 1 → 3 twice with the volumes of the removed members kept →
-// three healthy voters each time, no datastore restart, no set-aside data dir
-// left (defect 5).
-func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
-	t.Parallel()
-	v, crc, members, w := etcdClusterWithWorkload(t, "bounce")
-	for round := 1; round <= 2; round++ {
-		start := time.Now()
-		setServers(t, crc, v, 1)
-		one := waitMembers(t, crc, v, 1, 10*time.Minute)
-		eventually(t, 5*time.Minute, "one server pod", func(ctx context.Context) (bool, error) {
-			pods, err := host.CoreV1().Pods(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=bounce,k3k.io/component=server"})
-			return err == nil && len(pods.Items) == 1, err
-		})
-		t.Logf("scenario c round %d: 3 → 1 after %s; members %v → %v", round, time.Since(start).Round(time.Second), members, one)
-		start = time.Now()
-		setServers(t, crc, v, 3)
-		three := waitMembers(t, crc, v, 3, 15*time.Minute)
-		serving(t, v.client, 5*time.Minute)
-		t.Logf("scenario c round %d: 1 → 3 after %s; members %v → %v", round, time.Since(start).Round(time.Second), one, three)
-		for _, name := range []string{"k3k-bounce-server-1", "k3k-bounce-server-2"} {
-			p := getPod(t, v, name)
-			if cs := containerStatus(p, "datastore"); cs == nil || cs.RestartCount != 0 {
-				t.Errorf("round %d: %s's datastore restarted (%+v): it must wait to be added, not crash", round, name, cs)
-			}
-			dir := volumeDir(t, v, p)
-			eventually(t, 2*time.Minute, "no set-aside etcd data dir in "+dir, func(context.Context) (bool, error) {
-				stale, err := filepath.Glob(filepath.Join(dir, "etcd", "data.stale-*"))
-				return err == nil && len(stale) == 0, err
-			})
-		}
-		members = three
-		w.check(t, v.client)
-	}
-}
-
-// Scenario d: two of three volumes are lost → the status says quorum is lost
-// and why; `k3kcli cluster recover` brings the API back with every object the
-// surviving member had.
-func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
-	t.Parallel()
-	v, crc, before, w := etcdClusterWithWorkload(t, "lost")
-
-	for _, name := range []string{"k3k-lost-server-1", "k3k-lost-server-2"} {
-		deletePodAndVolume(t, v, getPod(t, v, name))
-	}
-	var why string
-	eventually(t, 5*time.Minute, "the status to say quorum is lost", func(ctx context.Context) (bool, error) {
-		c := &v1beta1.Cluster{}
-		if err := crc.Get(ctx, client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
-			return false, err
-		}
-		ds := meta.FindStatusCondition(c.Status.Conditions, "DatastoreReady")
-		h := meta.FindStatusCondition(c.Status.Conditions, "EtcdHealthy")
-		m := meta.FindStatusCondition(c.Status.Conditions, "EtcdMembership")
-		if ds == nil || h == nil || m == nil {
-			return false, nil
-		}
-		why = h.Message
-		return ds.Reason == "QuorumLost" && h.Reason == "QuorumLost" && m.Reason == "QuorumLost" &&
-			strings.Contains(h.Message, "k3k-lost-server-0") && strings.Contains(h.Message, "cannot reach a quorum"), nil
-	})
-	t.Logf("scenario d: status: %s", why)
-
-	start := time.Now()
-	k3kcli(t, "cluster", "recover", v.name, "-n", v.namespace)
-	after := waitMembers(t, crc, v, 3, 20*time.Minute)
-	serving(t, v.client, 5*time.Minute)
-	t.Logf("scenario d: recovered, healthy with 3 members after %s; members %v → %v", time.Since(start).Round(time.Second), before, after)
-	if after["k3k-lost-server-0"] != before["k3k-lost-server-0"] {
-		t.Fatalf("the survivor changed from %s to %s", before["k3k-lost-server-0"], after["k3k-lost-server-0"])
-	}
-	c := &v1beta1.Cluster{}
-	if err := crc.Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
-		t.Fatal(err)
-	}
-	if rc := meta.FindStatusCondition(c.Status.Conditions, "EtcdRecovery"); rc == nil || rc.Status != metav1.ConditionTrue || rc.Reason != "Recovered" {
-		t.Errorf("EtcdRecovery %+v, want True/Recovered", rc)
-	}
-	if c.Status.Datastore == nil || c.Status.Datastore.RecoveryRequest == "" || c.Status.Datastore.RecoveryRequest != c.Annotations["k3k.io/etcd-recover"] {
-		t.Errorf("the recovery request %q is not recorded as handled: %+v", c.Annotations["k3k.io/etcd-recover"], c.Status.Datastore)
 	}
 	w.check(t, v.client)
 }
