@@ -23,11 +23,19 @@ import (
 // chart would render it) bound to namespace ns only, and returns an agent
 // client of cluster c.
 func podSecurityGuard(t *testing.T, ns, allowPrivileged string, c *v1beta1.Cluster) kubernetes.Interface {
+	return installPodSecurityGuard(t, ns, ns, allowPrivileged, c, true)
+}
+
+// installPodSecurityGuard installs the guard under names ending in suffix,
+// bound to ns only or, as the chart binds it, to every namespace.
+func installPodSecurityGuard(t *testing.T, suffix, ns, allowPrivileged string, c *v1beta1.Cluster, onlyNS bool) kubernetes.Interface {
 	t.Helper()
 	ctx := context.Background()
-	role := DesiredAgentClusterRole("k3k-agent-" + ns)
-	policy, binding := DesiredAgentPodSecurityGuard("k3k-agent-pod-security-"+ns, allowPrivileged)
-	binding.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
+	role := DesiredAgentClusterRole("k3k-agent-" + suffix)
+	policy, binding := DesiredAgentPodSecurityGuard("k3k-agent-pod-security-"+suffix, allowPrivileged)
+	if onlyNS {
+		binding.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
+	}
 	for _, obj := range []client.Object{c, DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name), policy, binding} {
 		if err := k8s.Create(ctx, obj); err != nil {
 			t.Fatalf("creating %s: %v", obj.GetName(), err)
@@ -275,25 +283,9 @@ func TestAgentPodSecurityGuardLeavesNamespacesWithoutAClusterAlone(t *testing.T)
 	ns := newNamespace(t)
 	c := sampleCluster()
 	c.Namespace = ns
-	role := DesiredAgentClusterRole("k3k-agent-everywhere")
-	policy, binding := DesiredAgentPodSecurityGuard("k3k-agent-pod-security-everywhere", "false")
-	for _, obj := range []client.Object{c, DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name), policy, binding} {
-		if err := k8s.Create(ctx, obj); err != nil {
-			t.Fatalf("creating %s: %v", obj.GetName(), err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, obj := range []client.Object{role, policy, binding} {
-			_ = k8s.Delete(context.Background(), obj)
-		}
-	})
-	cfg := rest.CopyConfig(restConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":" + AgentName(c),
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-	}
+	agent := installPodSecurityGuard(t, "everywhere", ns, "false", c, false)
 	// The binding is in force once it refuses the agent of the Cluster.
-	waitForLevel(t, kubernetes.NewForConfigOrDie(cfg), ns, privileged, true)
+	waitForLevel(t, agent, ns, privileged, true)
 
 	other := newNamespace(t)
 	if _, err := kubernetes.NewForConfigOrDie(restConfig).CoreV1().Pods(other).Create(ctx, hostPod("plain-0123456789", nil), metav1.CreateOptions{}); err != nil {
