@@ -48,11 +48,7 @@ func TestScalingOneThreeFiveThreeOneChangesOneMemberAtATimeAndKeepsTheData(t *te
 }
 
 func TestAMemberRestartingOnAnotherAddressStaysTheSameMember(t *testing.T) {
-	c := newCluster(t)
-	c.bootstrap("m0")
-	d := c.desired("m0", "m1", "m2")
-	c.converge(d)
-	c.write()
+	c, d := threeMembers(t)
 	before := memberIDs(c.waitHealthy(d))
 
 	oldIP := c.ips["m1"]
@@ -74,11 +70,7 @@ func TestAMemberRestartingOnAnotherAddressStaysTheSameMember(t *testing.T) {
 }
 
 func TestEveryMemberRestartingOnNewAddressesComesBackWithoutHelp(t *testing.T) {
-	c := newCluster(t)
-	c.bootstrap("m0")
-	d := c.desired("m0", "m1", "m2")
-	c.converge(d)
-	c.write()
+	c, d := threeMembers(t)
 	before := memberIDs(c.waitHealthy(d))
 
 	for _, n := range []string{"m0", "m1", "m2"} {
@@ -104,11 +96,7 @@ func TestEveryMemberRestartingOnNewAddressesComesBackWithoutHelp(t *testing.T) {
 }
 
 func TestAMemberWhoseDataDirWasLostIsReplacedUnderItsNameAndCatchesUp(t *testing.T) {
-	c := newCluster(t)
-	c.bootstrap("m0")
-	d := c.desired("m0", "m1", "m2")
-	c.converge(d)
-	c.write()
+	c, d := threeMembers(t)
 	oldID := memberIDs(c.waitHealthy(d))["m2"]
 
 	c.stop("m2")

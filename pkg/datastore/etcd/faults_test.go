@@ -68,11 +68,7 @@ func TestAReplacedMemberIsNotRemovedAgainWhenItMissesAProbe(t *testing.T) {
 // learns of the removal, sets its data aside, waits while the roster still
 // lists the removed member, and joins again as the learner the controller adds.
 func TestARemovedMemberStopsSetsItsDataAsideAndJoinsAgain(t *testing.T) {
-	c := newCluster(t)
-	c.bootstrap("m0")
-	d := c.desired("m0", "m1", "m2")
-	c.converge(d)
-	c.write()
+	c, d := threeMembers(t)
 	oldID := memberIDs(c.waitHealthy(d))["m2"]
 	staleRoster := c.roster
 	removed := c.running["m2"]
@@ -136,11 +132,7 @@ func TestARemovedMemberStopsSetsItsDataAsideAndJoinsAgain(t *testing.T) {
 // are unknown, not "none"; nothing is changed; and the pods of members being
 // scaled away are released so that the StatefulSet can bring them back.
 func TestQuorumLossIsReportedMemberByMemberAndNeverHoldsPods(t *testing.T) {
-	c := newCluster(t)
-	c.bootstrap("m0")
-	d := c.desired("m0", "m1", "m2")
-	c.converge(d)
-	c.write()
+	c, d := threeMembers(t)
 	c.stop("m1")
 	c.stop("m2")
 
@@ -183,11 +175,7 @@ func TestQuorumLossIsReportedMemberByMemberAndNeverHoldsPods(t *testing.T) {
 // returning member never starts from its removed member's data, joins as the
 // new learner, and leaves no set-aside data dir behind once it votes.
 func TestScalingThreeOneThreeTwiceWithRetainedVolumes(t *testing.T) {
-	c := newCluster(t)
-	c.bootstrap("m0")
-	three := c.desired("m0", "m1", "m2")
-	c.converge(three)
-	c.write()
+	c, three := threeMembers(t)
 	for round := range 2 {
 		c.converge(c.desired("m0"))
 		c.write()
@@ -377,11 +365,7 @@ func corruptLastValue(t *testing.T, path string) {
 // The cut is made with etcd's own fault hook on the peers' side (they drop
 // everything to and from it).
 func TestAMemberCutOffFromItsPeersIsUnhealthyAndBlocksNothing(t *testing.T) {
-	c := newCluster(t)
-	c.bootstrap("m0")
-	d := c.desired("m0", "m1", "m2")
-	c.converge(d)
-	c.write()
+	c, d := threeMembers(t)
 	ids := memberIDs(c.waitHealthy(d))
 	for _, name := range []string{"m0", "m1"} {
 		c.running[name].Embedded().Server.CutPeer(types.ID(ids["m2"]))

@@ -484,3 +484,15 @@ func countChanges(actions []etcd.Action) map[etcd.ActionType]int {
 	}
 	return n
 }
+
+// threeMembers starts a cluster from m0, grows it to the members m0, m1 and m2
+// and writes to it: the start of most fault tests.
+func threeMembers(t *testing.T) (*cluster, etcd.Desired) {
+	t.Helper()
+	c := newCluster(t)
+	c.bootstrap("m0")
+	d := c.desired("m0", "m1", "m2")
+	c.converge(d)
+	c.write()
+	return c, d
+}
