@@ -182,7 +182,7 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 }
 
 // startWhenListed starts the member, waiting while the roster does not list it
-// yet. With rebuild, a recovery the roster names for this member's data is
+// yet or its peers have not accepted it yet. With rebuild, a recovery the roster names for this member's data is
 // performed (--force-new-cluster, once per request); the caller sets it only
 // after it saw the request and no quorum. ErrDataLost is returned at once,
 // after the report the controller reads (the termination message, naming the
@@ -211,10 +211,16 @@ func startWhenListed(ctx context.Context, o etcdOptions, zl *zap.Logger, rebuild
 				_ = os.WriteFile(o.terminationMessagePath, []byte(etcd.DataLostReport(id)+"\n"), 0o644)
 			}
 		}
-		if !errors.Is(err, member.ErrNotAMember) {
+		switch {
+		case errors.Is(err, member.ErrJoinPending):
+			// Added, but the peers did not answer its join yet: try again in
+			// this process rather than exit into the kubelet's back-off.
+			log.Info("waiting for the cluster's members to accept this member", "name", o.name, "reason", err.Error())
+		case errors.Is(err, member.ErrNotAMember):
+			log.Info("waiting for the controller to add this member", "name", o.name, "reason", fmt.Sprint(errors.Join(readErr, err)))
+		default:
 			return m, err
 		}
-		log.Info("waiting for the controller to add this member", "name", o.name, "reason", fmt.Sprint(errors.Join(readErr, err)))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -202,6 +202,47 @@ func TestScalingThreeOneThreeTwiceWithRetainedVolumes(t *testing.T) {
 	}
 }
 
+// Scenario c on a real node: a member the controller has just added could not
+// reach its peers for the member list ("cannot fetch cluster info from peer
+// urls") and the sidecar exited. The join refusal must be told apart
+// (ErrJoinPending) and leave the data dir empty, so the same start can be
+// tried again in-process and succeeds once the peers answer.
+func TestAJoinThePeersDoNotAnswerYetIsPendingAndLeavesNoData(t *testing.T) {
+	c := newCluster(t)
+	c.bootstrap("m0")
+	c.write()
+	two := c.desired("m0", "m1")
+	o := c.publish(two)
+	a := etcd.Plan(o, two)
+	if a.Type != etcd.ActionAddLearner {
+		t.Fatalf("plan %+v, want the learner m1 added", a)
+	}
+	if err := etcd.Execute(c.ctx, c.client, a); err != nil {
+		t.Fatal(err)
+	}
+	c.publish(two)
+	if _, listed := c.roster.Find("m1"); !listed {
+		t.Fatalf("roster %+v does not list m1 after it was added", c.roster)
+	}
+
+	c.stop("m0")
+	err := c.start("m1")
+	if !errors.Is(err, member.ErrJoinPending) {
+		t.Fatalf("m1 joined with no peer answering: %v, want ErrJoinPending", err)
+	}
+	t.Logf("m1 with no peer answering: %v", err)
+	if dir, derr := member.ReadDataDir(c.dataDir("m1")); derr != nil || dir.HasData || dir.ID != 0 {
+		t.Fatalf("a refused join left data behind: %+v, %v", dir, derr)
+	}
+
+	c.mustStart("m0")
+	c.waitReady("m0")
+	c.mustStart("m1")
+	c.converge(two)
+	c.waitHealthy(two)
+	c.checkData("m1")
+}
+
 func waitNoStale(t *testing.T, dataDir string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -54,7 +54,38 @@ var (
 	// while it was away). Its data is of no further use to the cluster: the
 	// runner sets it aside (SetAside) and waits to be added again.
 	ErrRemoved = errors.New("etcd member was removed from the cluster")
+	// ErrJoinPending: a new member could not join the existing cluster yet:
+	// no peer answered its request for the member list, or the list it got
+	// does not hold it yet (a roster published a moment early, a peer
+	// rescheduled, its DNS record not there yet). Nothing was written to the
+	// data dir, so the same start is tried again; a crash loop would only add
+	// the kubelet's back-off to the wait.
+	ErrJoinPending = errors.New("the existing cluster did not accept this member yet")
 )
+
+// joinRefusals are the errors of etcd's bootstrap of a new member of an
+// existing cluster (etcdserver's bootstrapExistingClusterNoWAL) that pass by
+// themselves once the peers answer; they all come before anything is
+// written to the data dir.
+var joinRefusals = []string{
+	"cannot fetch cluster info from peer urls",
+	"error validating peerURLs",
+	"incompatible with current running cluster",
+}
+
+// joinPending reports whether err, from starting a member that joins an
+// existing cluster without data, is one that passes by itself.
+func joinPending(b Bootstrap, err error) bool {
+	if b.FromData || b.State != etcd.ClusterStateExisting {
+		return false
+	}
+	for _, r := range joinRefusals {
+		if strings.Contains(err.Error(), r) {
+			return true
+		}
+	}
+	return false
+}
 
 // Config is one member's configuration.
 type Config struct {
@@ -200,7 +231,8 @@ var _ datastore.Datastore = (*Member)(nil)
 // Start starts the member and returns once it listens; it does not wait for the
 // cluster (see ReadyNotify), so that all members of a rebooted cluster can start
 // together. It returns ErrNotAMember or ErrDataLost (wrapped) when the roster
-// says it must not start.
+// says it must not start, and ErrJoinPending when the cluster it joins did not
+// answer yet.
 func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.Name == "" || cfg.DataDir == "" || cfg.PeerURL == "" || cfg.ClientURL == "" {
 		return nil, errors.New("etcd member: name, data dir, peer URL and client URL are required")
@@ -229,6 +261,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		if strings.Contains(err.Error(), "has already been bootstrapped") {
 			return nil, fmt.Errorf("starting etcd member %s: %w (%v)", cfg.Name, ErrDataLost, err)
+		}
+		if joinPending(b, err) {
+			return nil, fmt.Errorf("starting etcd member %s: %w: %v", cfg.Name, ErrJoinPending, err)
 		}
 		return nil, fmt.Errorf("starting etcd member %s: %w", cfg.Name, err)
 	}
