@@ -1,6 +1,6 @@
 // Package datastore defines what every datastore kind offers to the binary that
 // serves it: an etcd v3 endpoint, a readiness answer and a status report. The kinds
-// live in subpackages (sqlite; etcd later); this package holds only what they share:
+// live in subpackages (sqlite, etcd, external); this package holds only what they share:
 // the interface, the status shape, and the HTTP and Prometheus views of them.
 package datastore
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -64,7 +65,7 @@ func ensure[T client.Object](ctx context.Context, c client.Client, owner *v1beta
 	if err != nil {
 		return fmt.Errorf("getting %T %s: %w", desired, desired.GetName(), err)
 	}
-	if live.GetAnnotations()[AnnotationInputHash] == hash && metav1IsControlledBy(live, owner) {
+	if live.GetAnnotations()[AnnotationInputHash] == hash && metav1.IsControlledBy(live, owner) {
 		return nil
 	}
 	live.SetLabels(mergeStrings(live.GetLabels(), desired.GetLabels()))
@@ -77,16 +78,6 @@ func ensure[T client.Object](ctx context.Context, c client.Client, owner *v1beta
 		return fmt.Errorf("updating %T %s: %w", live, live.GetName(), err)
 	}
 	return nil
-}
-
-// metav1IsControlledBy reports whether obj's controller reference is owner.
-func metav1IsControlledBy(obj client.Object, owner *v1beta1.Cluster) bool {
-	for _, ref := range obj.GetOwnerReferences() {
-		if ref.Controller != nil && *ref.Controller {
-			return ref.UID == owner.UID
-		}
-	}
-	return false
 }
 
 // mergeStrings returns base with over's keys set; other keys of base survive,

@@ -31,8 +31,8 @@ import (
 // is looked at again: that Secret is not watched (it carries none of our labels).
 const tokenRetry = 30 * time.Second
 
-// Reconciler turns a Cluster into its host objects (see DESIGN.md, "What one
-// Cluster becomes") and reports what it observes in the Cluster's status.
+// Reconciler turns a Cluster into its host objects (see docs/architecture.md,
+// "What one Cluster becomes") and reports what it observes in the Cluster's status.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
@@ -70,8 +70,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	// Owned objects are removed by the garbage collector through their owner
-	// references, volumes by the StatefulSet's claim retention policy: there is
-	// nothing to clean up, so there is no finalizer to get stuck.
+	// references, volumes by the StatefulSet's claim retention policy. The
+	// Cluster itself carries no finalizer; only etcd server pods do, released
+	// here so that a member leaves the cluster before its pod goes.
 	o := &observation{}
 	o.settings, o.settingsErr = Resolve(c, r.Config)
 	if !c.DeletionTimestamp.IsZero() {

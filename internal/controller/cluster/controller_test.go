@@ -179,7 +179,7 @@ func TestReconcileCreatesTheServerObjects(t *testing.T) {
 
 	for key, obj := range ownedObjects(c) {
 		get(t, c, nameOf(key), obj)
-		if !metav1IsControlledBy(obj, c) {
+		if !metav1.IsControlledBy(obj, c) {
 			t.Errorf("%s is not controlled by the Cluster", key)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,7 +64,7 @@ func (r *Reconciler) removeOwned(ctx context.Context, c *v1beta1.Cluster, name s
 	if err != nil {
 		return fmt.Errorf("getting %T %s: %w", obj, name, err)
 	}
-	if !metav1IsControlledBy(obj, c) {
+	if !metav1.IsControlledBy(obj, c) {
 		return nil
 	}
 	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: ptrUID(obj)}); err != nil && !apierrors.IsNotFound(err) {

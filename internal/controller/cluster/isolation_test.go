@@ -191,7 +191,7 @@ func TestIsolationObjectsAreAppliedAndKept(t *testing.T) {
 		p := &networkingv1.NetworkPolicy{}
 		get(t, c, name, p)
 		objs[name] = p
-		if !metav1IsControlledBy(p, c) {
+		if !metav1.IsControlledBy(p, c) {
 			t.Errorf("NetworkPolicy %s is not owned by the Cluster", name)
 		}
 	}
