@@ -29,6 +29,7 @@ type options struct {
 	leaderElect            bool
 	leaderElectionNS       string
 	watchNamespaces        string
+	workers                int
 	pullSecrets            string
 	pullPolicy             string
 	defaultPersistence     string
@@ -36,6 +37,10 @@ type options struct {
 	isolation              isolationFlags
 	cfg                    cluster.Config
 }
+
+// defaultWorkers is the default of --workers: see docs/architecture.md,
+// "Reconcile workers", for the measurement behind it.
+const defaultWorkers = 4
 
 // isolationFlags are the defaults of spec.quota, spec.limits and
 // spec.networkPolicy as given on the command line.
@@ -54,6 +59,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty means the pod's own")
+	fs.IntVar(&o.workers, "workers", defaultWorkers, "how many Clusters are reconciled at once (make bench-controller measures the choice)")
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch; empty means all")
 	fs.StringVar(&o.cfg.ServerImage, "server-image", "rancher/k3s", "k3s server image repository; the tag is spec.version or --default-version")
 	fs.StringVar(&o.cfg.DefaultVersion, "default-version", "v1.34.3-k3s1", "k3s image tag for Clusters without spec.version")
@@ -78,6 +84,9 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.cfg.Isolation.ControllerNamespace, "controller-namespace", "", "namespace the controller runs in; only its pods may open a server's etcd client port (empty: any namespace)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.workers < 1 {
+		return nil, fmt.Errorf("--workers %d: want at least 1", o.workers)
 	}
 	if err := o.isolation.apply(&o.cfg.Isolation); err != nil {
 		return nil, err
@@ -199,6 +208,7 @@ func run(o *options) error {
 		Config:             o.cfg,
 		ValidateKubeconfig: kubeconfig.Validate,
 		Recorder:           mgr.GetEventRecorder("k3k-cluster"),
+		Workers:            o.workers,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the cluster controller: %w", err)

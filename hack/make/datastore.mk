@@ -1,20 +1,27 @@
-# Datastore targets (issue 3). TOOLS_DIR comes from the top Makefile.
+# Datastore and controller benchmarks and the long crash test. TOOLS_DIR and
+# OUTPUT come from the top Makefile; the benchmark binaries are built into
+# $(OUTPUT)/bench, never shipped by `make build`.
 GO ?= go
 DATASTORE_BENCH_DIR ?= /var/tmp
 DATASTORE_CRASH_ROUNDS ?= 200
+BENCH_CLUSTERS ?= 300
+BENCH_WORKERS ?= 1,2,4,8
 
-.PHONY: bench-datastore test-datastore-crash
+##@ Benchmarks and long tests
 
-# bench-datastore: our SQLite datastore, stock kine and one etcd member side by
-# side on the disk under DATASTORE_BENCH_DIR, through the etcd API and through
-# kube-apiserver; prints a markdown table (see docs/datastore.md).
-bench-datastore:
-	@mkdir -p $(CURDIR)/bin
-	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/datastore ./cmd/datastore
-	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/datastore-bench ./cmd/datastore/internal/bench
-	K3K_TOOLS_DIR=$(TOOLS_DIR) $(CURDIR)/bin/datastore-bench --datastore-bin $(CURDIR)/bin/datastore --dir $(DATASTORE_BENCH_DIR)
+.PHONY: bench-datastore bench-controller test-datastore-crash
 
-# test-datastore-crash: the kill -9 test with many more rounds than CI runs.
-test-datastore-crash:
+bench-datastore: ## SQLite datastore vs stock kine vs one etcd member, through the etcd API and kube-apiserver (DATASTORE_BENCH_DIR); prints a table.
+	@mkdir -p $(OUTPUT)/bench
+	CGO_ENABLED=0 $(GO) build -o $(OUTPUT)/bench/datastore ./cmd/datastore
+	CGO_ENABLED=0 $(GO) build -o $(OUTPUT)/bench/datastore-bench ./hack/bench/datastore
+	K3K_TOOLS_DIR=$(TOOLS_DIR) $(OUTPUT)/bench/datastore-bench --datastore-bin $(OUTPUT)/bench/datastore --dir $(DATASTORE_BENCH_DIR)
+
+bench-controller: ## Cold start of the controller with BENCH_CLUSTERS Clusters for each --workers in BENCH_WORKERS, against envtest; prints a table.
+	@mkdir -p $(OUTPUT)/bench
+	$(GO) build -o $(OUTPUT)/bench/controller-bench ./hack/bench/controller
+	K3K_TOOLS_DIR=$(TOOLS_DIR) $(OUTPUT)/bench/controller-bench --clusters $(BENCH_CLUSTERS) --workers $(BENCH_WORKERS) --crds charts/k3k/crds
+
+test-datastore-crash: ## The kill -9 test with DATASTORE_CRASH_ROUNDS rounds (CI runs fewer).
 	K3K_CRASH_ROUNDS=$(DATASTORE_CRASH_ROUNDS) CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 60m \
 		-run TestAcknowledgedWritesSurviveKill9 ./cmd/datastore/

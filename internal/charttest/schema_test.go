@@ -22,6 +22,7 @@ func TestBadValuesAreRejectedWithAClearMessage(t *testing.T) {
 		{"the same namespace twice", []string{"--set", "watchNamespaces={a,a}"}, []string{"/watchNamespaces", "are equal"}},
 		{"a storage class that is no name", []string{"--set", "persistence.storageClassName=Fast SSD"}, []string{"persistence/storageClassName"}},
 		{"a pull secret without name", []string{"--set", "imagePullSecrets[0].secret=x"}, []string{"imagePullSecrets/0"}},
+		{"no reconcile worker", []string{"--set", "workers=0"}, []string{"/workers", "minimum"}},
 		{"a port out of range", []string{"--set", "probePort=70000"}, []string{"/probePort", "maximum"}},
 		{"pull policies the controller cannot honour at once", []string{"--set", "datastore.image.pullPolicy=Always"},
 			[]string{"must be equal: the controller applies one pull policy to every image it deploys"}},

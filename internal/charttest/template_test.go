@@ -64,7 +64,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--datastore-image=k3k-io/k3k-datastore:v0.1.0", "--agent-image=k3k-io/k3k-kubelet:v0.1.0",
 				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
 				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
-				"--watch-namespaces=", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+				"--watch-namespaces=", "--workers=4", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 				"--agent-cluster-role="+agentRole, "--controller-namespace="+releaseNS,
 				"--default-quota=persistentvolumeclaims=20,pods=100,requests.storage=100Gi,services=50",
 				"--default-limit-request=", "--default-limit=", "--default-limit-max=",

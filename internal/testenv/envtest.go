@@ -33,6 +33,13 @@ type Envtest struct {
 // there are none; a directory that does not exist is an error). A missing binary is
 // an error that names the make target which builds it.
 func StartEnvtest(crdDirs ...string) (*Envtest, error) {
+	return StartEnvtestWithFlags(nil, crdDirs...)
+}
+
+// StartEnvtestWithFlags is StartEnvtest with kube-apiserver flags set or
+// replaced (name without dashes → value), e.g. a service range larger than
+// envtest's /24 for a run that creates thousands of Services.
+func StartEnvtestWithFlags(apiserverFlags map[string]string, crdDirs ...string) (*Envtest, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1beta1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -48,6 +55,10 @@ func StartEnvtest(crdDirs ...string) (*Envtest, error) {
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: len(crdDirs) > 0,
 		BinaryAssetsDirectory: ToolsDir(),
+	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	for name, value := range apiserverFlags {
+		args.Set(name, value)
 	}
 	cfg, err := env.Start()
 	if err != nil {
