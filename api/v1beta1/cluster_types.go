@@ -214,6 +214,21 @@ type ClusterSpec struct {
 	// +kubebuilder:default=baseline
 	// +optional
 	PodSecurityLevel PodSecurityLevel `json:"podSecurityLevel,omitempty"`
+
+	// StorageClasses are the host storage classes the virtual cluster's
+	// PersistentVolumeClaims and generic ephemeral volumes may name, on top
+	// of the host's default class (a claim that names no class), which is
+	// always allowed. Empty: only the default class. The class "" (no class,
+	// which binds volumes an administrator made by hand) is never allowed.
+	// The shared-mode agent passes nothing else of a claim to the host than
+	// its size, access modes, volume mode and class (docs/agent.md).
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +listType=set
+	// +optional
+	StorageClasses []string `json:"storageClasses,omitempty"`
 }
 
 // QuotaConfig is the ResourceQuota of a Cluster.

@@ -100,7 +100,7 @@ copied next to them, their status flows back, deletion works both ways.
 	f.StringVar(&o.pods, "capacity-pods", "110", "pod capacity the node reports")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often every pod is reconciled without an event")
 	f.StringVar(&o.podSecurityLevel, "pod-security-level", podsecurity.Baseline, "Pod Security Standards level every host pod must meet: baseline, restricted or privileged (the controller passes the Cluster's spec.podSecurityLevel, privileged only where the host administrator allowed it)")
-	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes generic ephemeral volumes may name, besides the host's default (none by default)")
+	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes PersistentVolumeClaims and generic ephemeral volumes may name, besides the host's default (none by default; the controller passes the Cluster's spec.storageClasses)")
 	_ = cmd.MarkFlagRequired("cluster-name")
 	return cmd
 }

@@ -147,6 +147,9 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 	if errors.As(err, &unsupported) {
 		return false, r.refuse(ctx, vpod, translate.ReasonUnsupported, unsupported.Error())
 	}
+	if reasons := r.claimProblems(vpod); len(reasons) > 0 {
+		return false, r.refuse(ctx, vpod, translate.ReasonUnsupported, (&translate.UnsupportedError{Reasons: reasons}).Error())
+	}
 	if err != nil {
 		return false, err
 	}
@@ -492,4 +495,26 @@ func hashOf(obj any) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// claimProblems lists the claims of vpod that have no host copy because the
+// agent refuses them (package volumesync): a pod pinned to the node with
+// nodeName, which skips the virtual scheduler's wait for the claim to bind,
+// would otherwise wait on the host forever. A claim that does not exist yet
+// is not a problem: the host pod waits for it, as a kubelet would.
+func (r *run) claimProblems(vpod *corev1.Pod) []string {
+	var out []string
+	for _, v := range vpod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		c, err := r.vClaims.PersistentVolumeClaims(vpod.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
+		if err != nil {
+			continue
+		}
+		if p := r.tr.ClaimProblems(c); len(p) > 0 {
+			out = append(out, fmt.Sprintf("volume %q: claim %q is not synced to the host: %s", v.Name, c.Name, strings.Join(p, "; ")))
+		}
+	}
+	return out
 }

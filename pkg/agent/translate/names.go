@@ -76,8 +76,9 @@ type Config struct {
 	// meet (package podsecurity): baseline (the default), restricted or
 	// privileged.
 	PodSecurityLevel string
-	// StorageClasses are the storage classes a generic ephemeral volume may
-	// name. A volume without a class (the host's default) is always allowed.
+	// StorageClasses are the storage classes a PersistentVolumeClaim or a
+	// generic ephemeral volume may name. A claim without a class (the host's
+	// default) is always allowed; the class "" never is.
 	StorageClasses []string
 }
 
