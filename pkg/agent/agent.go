@@ -5,7 +5,8 @@
 // `attach` and `port-forward` for them (package kubeletapi). Package servicesync copies the virtual cluster's
 // Services and EndpointSlices next to those pods, so they are reachable
 // through host Services; package volumesync gives their PersistentVolumeClaims
-// host claims and virtual PersistentVolumes.
+// host claims and virtual PersistentVolumes, and package ingresssync, when
+// the Cluster asks for it, their Ingresses host Ingresses.
 //
 // It is built from plain client-go informers and work queues rather than
 // github.com/virtual-kubelet/virtual-kubelet. That library fits our Kubernetes
@@ -46,6 +47,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
+	"github.com/k3k-io/k3k/pkg/agent/ingresssync"
 	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/podsync"
@@ -70,6 +72,9 @@ type Config struct {
 	// Resync is how often every pod and Service is reconciled without an
 	// event. Default 30s.
 	Resync time.Duration
+	// SyncIngresses copies the virtual cluster's Ingresses to the host
+	// (package ingresssync), with the classes Translate.IngressClasses maps.
+	SyncIngresses bool
 	// UserAgent is set on virtual clients. Default "k3k-kubelet".
 	UserAgent string
 	// WrapVirtualTransport, when set, wraps the transport of every virtual
@@ -85,6 +90,7 @@ type Agent struct {
 	pods  *podsync.Syncer
 	svcs  *servicesync.Syncer
 	vols  *volumesync.Syncer
+	ings  *ingresssync.Syncer // nil unless Config.SyncIngresses
 	creds chan *rest.Config
 
 	mu      sync.Mutex
@@ -122,7 +128,13 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, tr: tr, node: n, pods: pods, svcs: svcs, vols: vols, creds: make(chan *rest.Config, 1)}, nil
+	a := &Agent{cfg: cfg, tr: tr, node: n, pods: pods, svcs: svcs, vols: vols, creds: make(chan *rest.Config, 1)}
+	if cfg.SyncIngresses {
+		if a.ings, err = ingresssync.New(ingresssync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync}); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // SetCredentials hands the agent new virtual credentials; Run switches to them.
@@ -156,6 +168,9 @@ func (a *Agent) Ready() error {
 	if !a.vols.Synced() {
 		return errors.New("volume claim caches have not synced")
 	}
+	if a.ings != nil && !a.ings.Synced() {
+		return errors.New("ingress caches have not synced")
+	}
 	return nil
 }
 
@@ -170,6 +185,15 @@ func (a *Agent) ServiceReconciled(key string) uint64 { return a.svcs.Reconciled(
 // ClaimReconciled counts the completed passes over one virtual
 // PersistentVolumeClaim (key "namespace/name") while it exists.
 func (a *Agent) ClaimReconciled(key string) uint64 { return a.vols.Reconciled(key) }
+
+// IngressReconciled counts the completed passes over one virtual Ingress
+// (key "namespace/name") while it exists; always 0 without SyncIngresses.
+func (a *Agent) IngressReconciled(key string) uint64 {
+	if a.ings == nil {
+		return 0
+	}
+	return a.ings.Reconciled(key)
+}
 
 // Run runs the node, pod, Service and volume claim loops with initial credentials until ctx ends,
 // restarting them whenever SetCredentials brings new ones.
@@ -199,6 +223,9 @@ func (a *Agent) Run(ctx context.Context, initial *rest.Config) error {
 		wg.Go(func() { keepRunning(inner, "pod sync", a.pods.Run, client) })
 		wg.Go(func() { keepRunning(inner, "service sync", a.svcs.Run, client) })
 		wg.Go(func() { keepRunning(inner, "volume sync", a.vols.Run, client) })
+		if a.ings != nil {
+			wg.Go(func() { keepRunning(inner, "ingress sync", a.ings.Run, client) })
+		}
 		select {
 		case <-ctx.Done():
 			cancel()

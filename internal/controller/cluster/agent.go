@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -129,6 +130,11 @@ func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
 // update passes expansions on. Delete by name would also reach the server's
 // own claims, and create could select, name or clone a host volume; the guard
 // refuses both.
+//
+// Ingresses (networking.k8s.io): the host copies of the virtual cluster's
+// Ingresses when the Cluster enables them, watched like Services; no
+// ingresses/status (the host's ingress controller writes it). The guard
+// holds their backends and TLS Secrets to the agent's own copies.
 func AgentRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
@@ -138,6 +144,7 @@ func AgentRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 	}
 }
 
@@ -169,7 +176,8 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 //
 // The Pod Security level is the Cluster's (AgentPodSecurityLevel); the agent
 // guard holds the agent to the same level at the host API. The storage
-// classes claims may name are the Cluster's spec.storageClasses.
+// classes claims may name are the Cluster's spec.storageClasses; Ingresses
+// are copied with spec.ingresses.
 func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 	args := []string{
 		AgentBinary,
@@ -189,6 +197,17 @@ func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 	// not change (and restart its agent) on upgrade.
 	if len(c.Spec.StorageClasses) > 0 {
 		args = append(args, "--storage-classes="+strings.Join(c.Spec.StorageClasses, ","))
+	}
+	if ing := c.Spec.Ingresses; ing != nil && ing.Enabled {
+		args = append(args, "--sync-ingresses")
+		if len(ing.Classes) > 0 {
+			pairs := make([]string, 0, len(ing.Classes))
+			for k, v := range ing.Classes {
+				pairs = append(pairs, k+"="+string(v))
+			}
+			sort.Strings(pairs)
+			args = append(args, "--ingress-classes="+strings.Join(pairs, ","))
+		}
 	}
 	return args
 }

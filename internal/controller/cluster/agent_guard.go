@@ -55,6 +55,7 @@ func DesiredAgentGuard(name string) (*admissionregistrationv1.ValidatingAdmissio
 				// exec, attach and port-forward are CONNECTs of pods' subresources.
 				rule("", append(writes, admissionregistrationv1.Connect), "pods", "pods/exec", "pods/attach", "pods/portforward", "configmaps", "secrets", "services", "persistentvolumeclaims"),
 				rule("discovery.k8s.io", writes, "endpointslices"),
+				rule("networking.k8s.io", writes, "ingresses"),
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "made-by-a-k3k-agent",
@@ -83,6 +84,8 @@ func agentGuardVariables() []admissionregistrationv1.Variable {
 		{Name: "containers", Expression: "variables.pod ? object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) : []"},
 		// A claim being created or updated.
 		{Name: "claim", Expression: "request.resource.resource == 'persistentvolumeclaims' && !has(request.subResource) && object != null"},
+		// An Ingress being created or updated.
+		{Name: "ingress", Expression: "request.resource.resource == 'ingresses' && !has(request.subResource) && object != null"},
 	}
 }
 
@@ -90,6 +93,12 @@ func agentGuardVariables() []admissionregistrationv1.Variable {
 // of the agent's.
 func own(ref string) string {
 	return "(has(" + ref + ".name) && " + ref + ".name.matches(" + ownName + "))"
+}
+
+// ownBackend is CEL true when Ingress backend b routes to a Service the
+// agent copied and names no other resource.
+func ownBackend(b string) string {
+	return "(!has(" + b + ".resource) && (!has(" + b + ".service) || " + b + ".service.name.matches(" + ownName + ")))"
 }
 
 // noHandlerHost is CEL true when container c's probes and lifecycle
@@ -180,7 +189,7 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 		},
 		{
 			Expression: podOnly("!has(object.spec.volumes) || object.spec.volumes.all(v, " + volume + ")"),
-			Message:    "a pod made by a k3k agent may only use emptyDir, downwardAPI, ephemeral and image volumes, and ConfigMaps, Secrets and PersistentVolumeClaims the agent copied",
+			Message:    "a pod made by a k3k agent may only use emptyDir, downwardAPI, ephemeral and image volumes, and ConfigMaps and Secrets the agent copied, and the claims it made",
 			Reason:     forbidden,
 		},
 		{
@@ -223,6 +232,18 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 		{
 			Expression: "!variables.claim || (" + claimMetadata + ")",
 			Message:    "a PersistentVolumeClaim made by a k3k agent may carry only k3k's labels and annotations (and those the host set)",
+			Reason:     forbidden,
+		},
+		{
+			Expression: "!variables.ingress || ((!has(object.spec.defaultBackend) || " + ownBackend("object.spec.defaultBackend") + ") && " +
+				"(!has(object.spec.rules) || object.spec.rules.all(r, !has(r.http) || r.http.paths.all(p, " + ownBackend("p.backend") + "))) && " +
+				"(!has(object.spec.tls) || object.spec.tls.all(t, !has(t.secretName) || t.secretName.matches(" + ownName + "))))",
+			Message: "an Ingress made by a k3k agent may only route to Services the agent copied and use TLS Secrets the agent copied (no resource backends)",
+			Reason:  forbidden,
+		},
+		{
+			Expression: "!variables.ingress || !has(object.metadata.annotations) || object.metadata.annotations.all(k, k.startsWith('k3k.io/'))",
+			Message:    "an Ingress made by a k3k agent may carry only k3k's annotations (the others configure the host's ingress controller)",
 			Reason:     forbidden,
 		},
 		{
