@@ -67,6 +67,10 @@ const (
 	// allowedClass is the storage class the Cluster allows besides the
 	// host's default (spec.storageClasses).
 	allowedClass = "fast"
+	// virtualIngressClass is the ingress class the Cluster maps to the host's
+	// hostIngressClass (spec.ingresses.classes).
+	virtualIngressClass = "public"
+	hostIngressClass    = "nginx"
 )
 
 func TestMain(m *testing.M) {
@@ -176,7 +180,9 @@ func run(m *testing.M) int {
 			ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName, APIServer: virtualAPIService,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: c.UID}},
 			StorageClasses:  []string{allowedClass},
+			IngressClasses:  map[string]string{virtualIngressClass: hostIngressClass},
 		},
+		SyncIngresses:        true,
 		Node:                 node.Config{InternalIP: "127.0.0.1", LeaseDuration: 8 * time.Second, StatusInterval: 20 * time.Second},
 		Host:                 kubernetes.NewForConfigOrDie(agentHost),
 		HostConfig:           agentHost,

@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -164,6 +165,31 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		_, err := agent.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
 		return err
 	}
+	// ing is a host Ingress as the agent makes one: routed to its own Service
+	// copy, TLS from its own Secret copy.
+	ing := func(name string, change func(*networkingv1.Ingress)) *networkingv1.Ingress {
+		i := &networkingv1.Ingress{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"k3k.io/virtual-name": "shop"}},
+			Spec: networkingv1.IngressSpec{
+				DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: ownSvc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
+				TLS:            []networkingv1.IngressTLS{{SecretName: ownSecret}},
+			},
+		}
+		if change != nil {
+			change(i)
+		}
+		return i
+	}
+	createIngress := func(i *networkingv1.Ingress) error {
+		_, err := agent.NetworkingV1().Ingresses(ns).Create(ctx, i, metav1.CreateOptions{})
+		return err
+	}
+	// The controller's Ingress of the API (spec.expose.ingress).
+	if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing("k3k-"+c.Name+"-ingress", func(i *networkingv1.Ingress) {
+		i.Spec.DefaultBackend.Service.Name, i.Spec.TLS = n.Service, nil
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	serverClaim := "data-" + n.StatefulSet + "-0"
 	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(serverClaim, func(p *corev1.PersistentVolumeClaim) { p.Labels, p.Annotations = nil, nil }), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -302,6 +328,34 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		{"deleting the server's claim", func() error {
 			return agent.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, serverClaim, metav1.DeleteOptions{})
 		}, "may only write persistentvolumeclaims of objects it named"},
+		{"an Ingress publishing the cluster's API Service", func() error {
+			return createIngress(ing("a-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.DefaultBackend.Service.Name = n.Service }))
+		}, "may only route to Services the agent copied"},
+		{"an Ingress serving the cluster token as its certificate", func() error {
+			return createIngress(ing("b-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.TLS[0].SecretName = n.Token }))
+		}, "may only route to Services the agent copied and use TLS Secrets the agent copied"},
+		{"an Ingress with a resource backend", func() error {
+			return createIngress(ing("c-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
+				i.Spec.DefaultBackend = &networkingv1.IngressBackend{Resource: &corev1.TypedLocalObjectReference{Kind: "Secret", Name: ownSecret}}
+			}))
+		}, "no resource backends"},
+		{"an Ingress path routing to the API Service", func() error {
+			return createIngress(ing("d-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
+				prefix := networkingv1.PathTypePrefix
+				i.Spec.Rules = []networkingv1.IngressRule{{IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+					Path: "/", PathType: &prefix,
+					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: n.Service, Port: networkingv1.ServiceBackendPort{Number: 443}}},
+				}}}}}}
+			}))
+		}, "may only route to Services the agent copied"},
+		{"an Ingress with a configuration snippet", func() error {
+			return createIngress(ing("e-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
+				i.Annotations["nginx.ingress.kubernetes.io/server-snippet"] = "location / { return 200; }"
+			}))
+		}, "may carry only k3k's annotations"},
+		{"deleting an Ingress the agent did not name", func() error {
+			return agent.NetworkingV1().Ingresses(ns).Delete(ctx, "k3k-"+c.Name+"-ingress", metav1.DeleteOptions{})
+		}, "may only write ingresses of objects it named"},
 		{"an EndpointSlice of the cluster's API Service", func() error {
 			_, err := agent.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("web-shop-abcdef0123", n.Service), metav1.CreateOptions{})
 			return err
@@ -341,6 +395,7 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			return err
 		}},
 		{"a claim copy", func() error { return createClaim(claim(ownClaim, nil)) }},
+		{"an Ingress copy", func() error { return createIngress(ing("f-shop-0a1b2c3d4e", nil)) }},
 		{"a host pod mounting it", func() error {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("p-shop-0123456789", func(s *corev1.PodSpec) {
 				s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ownClaim}}})
