@@ -111,7 +111,7 @@ func TestAgentClaimLifecycle(t *testing.T) {
 	}
 	vc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, AccessModes: vc.Spec.AccessModes,
 		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}
-	if vc, err = virtAdmin.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(c, vc, metav1.UpdateOptions{}); err != nil {
+	if _, err = virtAdmin.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(c, vc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	hc.Spec.VolumeName = "pvc-host-1"
