@@ -25,6 +25,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,7 +83,13 @@ copied next to them, their status flows back, deletion works both ways.
 			return run(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
+	bindFlags(cmd.Flags(), &o)
+	_ = cmd.MarkFlagRequired("cluster-name")
+	return cmd
+}
+
+// bindFlags binds the agent's flags to o.
+func bindFlags(f *pflag.FlagSet, o *options) {
 	f.StringVar(&o.clusterName, "cluster-name", "", "name of the Cluster (required)")
 	f.StringVar(&o.clusterUID, "cluster-uid", "", "UID of the Cluster; when set, host pods are owned by it")
 	f.StringVar(&o.hostNamespace, "host-namespace", os.Getenv("POD_NAMESPACE"), "host namespace the pods run in (default $POD_NAMESPACE)")
@@ -105,8 +112,6 @@ copied next to them, their status flows back, deletion works both ways.
 	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes PersistentVolumeClaims and generic ephemeral volumes may name, besides the host's default (none by default; the controller passes the Cluster's spec.storageClasses)")
 	f.BoolVar(&o.syncIngresses, "sync-ingresses", false, "copy the virtual cluster's Ingresses to the host namespace (the controller passes the Cluster's spec.ingresses.enabled)")
 	f.StringToStringVar(&o.ingressClasses, "ingress-classes", nil, "virtual=host ingress class pairs an Ingress may name; one without a class gets the host's default, others are refused")
-	_ = cmd.MarkFlagRequired("cluster-name")
-	return cmd
 }
 
 // agentConfig turns the flags into the agent's configuration, without the
