@@ -147,7 +147,11 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 	if errors.As(err, &unsupported) {
 		return false, r.refuse(ctx, vpod, translate.ReasonUnsupported, unsupported.Error())
 	}
-	if reasons := r.claimProblems(vpod); len(reasons) > 0 {
+	reasons, err := r.claimProblems(ctx, vpod)
+	if err != nil {
+		return false, err
+	}
+	if len(reasons) > 0 {
 		return false, r.refuse(ctx, vpod, translate.ReasonUnsupported, (&translate.UnsupportedError{Reasons: reasons}).Error())
 	}
 	if err != nil {
@@ -501,20 +505,30 @@ func hashOf(obj any) (string, error) {
 // agent refuses them (package volumesync): a pod pinned to the node with
 // nodeName, which skips the virtual scheduler's wait for the claim to bind,
 // would otherwise wait on the host forever. A claim that does not exist yet
-// is not a problem: the host pod waits for it, as a kubelet would.
-func (r *run) claimProblems(vpod *corev1.Pod) []string {
+// is not a problem: the host pod waits for it, as a kubelet would. A claim
+// the cache does not hold is read from the virtual API: the claim and pod
+// caches are separate, and a claim made just before the pod may not be in
+// its cache yet.
+func (r *run) claimProblems(ctx context.Context, vpod *corev1.Pod) ([]string, error) {
 	var out []string
 	for _, v := range vpod.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
-		c, err := r.vClaims.PersistentVolumeClaims(vpod.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
-		if err != nil {
+		name := v.PersistentVolumeClaim.ClaimName
+		c, err := r.vClaims.PersistentVolumeClaims(vpod.Namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			c, err = r.virtual.CoreV1().PersistentVolumeClaims(vpod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		}
+		if apierrors.IsNotFound(err) {
 			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading claim %s/%s: %w", vpod.Namespace, name, err)
 		}
 		if p := r.tr.ClaimProblems(c); len(p) > 0 {
 			out = append(out, fmt.Sprintf("volume %q: claim %q is not synced to the host: %s", v.Name, c.Name, strings.Join(p, "; ")))
 		}
 	}
-	return out
+	return out, nil
 }
