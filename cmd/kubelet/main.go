@@ -25,7 +25,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,13 +82,14 @@ copied next to them, their status flows back, deletion works both ways.
 			return run(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
-	bindFlags(cmd.Flags(), &o)
+	bindFlags(cmd, &o)
 	_ = cmd.MarkFlagRequired("cluster-name")
 	return cmd
 }
 
-// bindFlags binds the agent's flags to o.
-func bindFlags(f *pflag.FlagSet, o *options) {
+// bindFlags binds the agent's flags of cmd to o.
+func bindFlags(cmd *cobra.Command, o *options) {
+	f := cmd.Flags()
 	f.StringVar(&o.clusterName, "cluster-name", "", "name of the Cluster (required)")
 	f.StringVar(&o.clusterUID, "cluster-uid", "", "UID of the Cluster; when set, host pods are owned by it")
 	f.StringVar(&o.hostNamespace, "host-namespace", os.Getenv("POD_NAMESPACE"), "host namespace the pods run in (default $POD_NAMESPACE)")

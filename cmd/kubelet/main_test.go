@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -74,9 +74,9 @@ func TestClusterSettingsReachTheAgent(t *testing.T) {
 	parse := func(t *testing.T, c *v1beta1.Cluster) options {
 		t.Helper()
 		var o options
-		f := pflag.NewFlagSet("kubelet", pflag.ContinueOnError)
-		bindFlags(f, &o)
-		if err := f.Parse(cluster.AgentArgs(c, cluster.Config{})[1:]); err != nil {
+		cmd := &cobra.Command{}
+		bindFlags(cmd, &o)
+		if err := cmd.ParseFlags(cluster.AgentArgs(c, cluster.Config{})[1:]); err != nil {
 			t.Fatal(err)
 		}
 		return o
