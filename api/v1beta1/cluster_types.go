@@ -214,7 +214,48 @@ type ClusterSpec struct {
 	// +kubebuilder:default=baseline
 	// +optional
 	PodSecurityLevel PodSecurityLevel `json:"podSecurityLevel,omitempty"`
+
+	// StorageClasses are the host storage classes the virtual cluster's
+	// PersistentVolumeClaims and generic ephemeral volumes may name, on top
+	// of the host's default class (a claim that names no class), which is
+	// always allowed. Empty: only the default class. The class "" (no class,
+	// which binds volumes an administrator made by hand) is never allowed.
+	// The shared-mode agent passes nothing else of a claim to the host than
+	// its size, access modes, volume mode and class (docs/agent.md).
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +listType=set
+	// +optional
+	StorageClasses []string `json:"storageClasses,omitempty"`
+
+	// Ingresses copies the virtual cluster's Ingresses into the Cluster's
+	// namespace, where the host's ingress controller serves them, routed to
+	// the host copies of the virtual Services. Off unless enabled.
+	// +optional
+	Ingresses *IngressSyncConfig `json:"ingresses,omitempty"`
 }
+
+// IngressSyncConfig says whether and how the shared-mode agent copies the
+// virtual cluster's Ingresses to the host (docs/agent.md).
+type IngressSyncConfig struct {
+	// Enabled copies Ingresses to the host.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// Classes maps the ingress classes a virtual Ingress may name to host
+	// IngressClasses. An Ingress that names no class gets the host's default
+	// class; one naming a class not listed here is not copied.
+	// +kubebuilder:validation:MaxProperties=16
+	// +optional
+	Classes map[string]IngressClassName `json:"classes,omitempty"`
+}
+
+// IngressClassName names a host IngressClass.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=253
+// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+type IngressClassName string
 
 // QuotaConfig is the ResourceQuota of a Cluster.
 type QuotaConfig struct {

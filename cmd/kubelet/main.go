@@ -54,6 +54,8 @@ type options struct {
 	resync                                 time.Duration
 	podSecurityLevel                       string
 	storageClasses                         []string
+	syncIngresses                          bool
+	ingressClasses                         map[string]string
 }
 
 func main() {
@@ -80,6 +82,13 @@ copied next to them, their status flows back, deletion works both ways.
 			return run(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
+	bindFlags(cmd, &o)
+	_ = cmd.MarkFlagRequired("cluster-name")
+	return cmd
+}
+
+// bindFlags binds the agent's flags of cmd to o.
+func bindFlags(cmd *cobra.Command, o *options) {
 	f := cmd.Flags()
 	f.StringVar(&o.clusterName, "cluster-name", "", "name of the Cluster (required)")
 	f.StringVar(&o.clusterUID, "cluster-uid", "", "UID of the Cluster; when set, host pods are owned by it")
@@ -100,9 +109,9 @@ copied next to them, their status flows back, deletion works both ways.
 	f.StringVar(&o.pods, "capacity-pods", "110", "pod capacity the node reports")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often every pod is reconciled without an event")
 	f.StringVar(&o.podSecurityLevel, "pod-security-level", podsecurity.Baseline, "Pod Security Standards level every host pod must meet: baseline, restricted or privileged (the controller passes the Cluster's spec.podSecurityLevel, privileged only where the host administrator allowed it)")
-	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes generic ephemeral volumes may name, besides the host's default (none by default)")
-	_ = cmd.MarkFlagRequired("cluster-name")
-	return cmd
+	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes PersistentVolumeClaims and generic ephemeral volumes may name, besides the host's default (none by default; the controller passes the Cluster's spec.storageClasses)")
+	f.BoolVar(&o.syncIngresses, "sync-ingresses", false, "copy the virtual cluster's Ingresses to the host namespace (the controller passes the Cluster's spec.ingresses.enabled)")
+	f.StringToStringVar(&o.ingressClasses, "ingress-classes", nil, "virtual=host ingress class pairs an Ingress may name; one without a class gets the host's default, others are refused")
 }
 
 // agentConfig turns the flags into the agent's configuration, without the
@@ -135,6 +144,7 @@ func agentConfig(o options) (agent.Config, error) {
 
 			PodSecurityLevel: o.podSecurityLevel,
 			StorageClasses:   o.storageClasses,
+			IngressClasses:   o.ingressClasses,
 		},
 		Node: node.Config{
 			Name:        o.nodeName,
@@ -142,7 +152,8 @@ func agentConfig(o options) (agent.Config, error) {
 			KubeletPort: o.kubeletPort,
 			Capacity:    capacity,
 		},
-		Resync: o.resync,
+		Resync:        o.resync,
+		SyncIngresses: o.syncIngresses,
 	}
 	if o.clusterUID != "" {
 		cfg.Translate.OwnerReferences = []metav1.OwnerReference{{

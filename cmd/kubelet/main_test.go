@@ -5,6 +5,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 func TestAgentConfigFromFlags(t *testing.T) {
@@ -58,5 +63,51 @@ func TestAgentConfigFromFlags(t *testing.T) {
 				t.Errorf("owners (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestClusterSettingsReachTheAgent parses the command line the controller
+// gives the agent (cluster.AgentArgs) with the agent's own flags: the
+// Cluster's storage classes and Ingress settings arrive in its configuration,
+// and a Cluster without them leaves the agent at its defaults.
+func TestClusterSettingsReachTheAgent(t *testing.T) {
+	parse := func(t *testing.T, c *v1beta1.Cluster) options {
+		t.Helper()
+		var o options
+		cmd := &cobra.Command{}
+		bindFlags(cmd, &o)
+		if err := cmd.ParseFlags(cluster.AgentArgs(c, cluster.Config{})[1:]); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	c := &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "tenants", UID: "uid-1"}}
+	o := parse(t, c)
+	cfg, err := agentConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Translate.StorageClasses) != 0 || cfg.SyncIngresses || len(cfg.Translate.IngressClasses) != 0 {
+		t.Errorf("defaults: classes %v, ingresses %v %v", cfg.Translate.StorageClasses, cfg.SyncIngresses, cfg.Translate.IngressClasses)
+	}
+
+	c.Spec.StorageClasses = []string{"fast", "archive"}
+	c.Spec.Ingresses = &v1beta1.IngressSyncConfig{Enabled: true, Classes: map[string]v1beta1.IngressClassName{"public": "nginx", "internal": "nginx-internal"}}
+	if cfg, err = agentConfig(parse(t, c)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"fast", "archive"}, cfg.Translate.StorageClasses); diff != "" {
+		t.Errorf("storage classes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"public": "nginx", "internal": "nginx-internal"}, cfg.Translate.IngressClasses); diff != "" || !cfg.SyncIngresses {
+		t.Errorf("ingresses %v, classes (-want +got):\n%s", cfg.SyncIngresses, diff)
+	}
+
+	c.Spec.Ingresses.Enabled = false
+	if cfg, err = agentConfig(parse(t, c)); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SyncIngresses || len(cfg.Translate.IngressClasses) != 0 {
+		t.Errorf("a disabled switch still syncs: %v %v", cfg.SyncIngresses, cfg.Translate.IngressClasses)
 	}
 }

@@ -4,7 +4,9 @@
 // translating them with package translate, and answers `kubectl logs`, `exec`,
 // `attach` and `port-forward` for them (package kubeletapi). Package servicesync copies the virtual cluster's
 // Services and EndpointSlices next to those pods, so they are reachable
-// through host Services.
+// through host Services; package volumesync gives their PersistentVolumeClaims
+// host claims and virtual PersistentVolumes, and package ingresssync, when
+// the Cluster asks for it, their Ingresses host Ingresses.
 //
 // It is built from plain client-go informers and work queues rather than
 // github.com/virtual-kubelet/virtual-kubelet. That library fits our Kubernetes
@@ -45,11 +47,13 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
+	"github.com/k3k-io/k3k/pkg/agent/ingresssync"
 	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/podsync"
 	"github.com/k3k-io/k3k/pkg/agent/servicesync"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
+	"github.com/k3k-io/k3k/pkg/agent/volumesync"
 )
 
 // Config is everything the agent needs besides the virtual credentials.
@@ -68,6 +72,9 @@ type Config struct {
 	// Resync is how often every pod and Service is reconciled without an
 	// event. Default 30s.
 	Resync time.Duration
+	// SyncIngresses copies the virtual cluster's Ingresses to the host
+	// (package ingresssync), with the classes Translate.IngressClasses maps.
+	SyncIngresses bool
 	// UserAgent is set on virtual clients. Default "k3k-kubelet".
 	UserAgent string
 	// WrapVirtualTransport, when set, wraps the transport of every virtual
@@ -82,6 +89,8 @@ type Agent struct {
 	node  *node.Node
 	pods  *podsync.Syncer
 	svcs  *servicesync.Syncer
+	vols  *volumesync.Syncer
+	ings  *ingresssync.Syncer // nil unless Config.SyncIngresses
 	creds chan *rest.Config
 
 	mu      sync.Mutex
@@ -115,7 +124,17 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, tr: tr, node: n, pods: pods, svcs: svcs, creds: make(chan *rest.Config, 1)}, nil
+	vols, err := volumesync.New(volumesync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, tr: tr, node: n, pods: pods, svcs: svcs, vols: vols, creds: make(chan *rest.Config, 1)}
+	if cfg.SyncIngresses {
+		if a.ings, err = ingresssync.New(ingresssync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync}); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // SetCredentials hands the agent new virtual credentials; Run switches to them.
@@ -134,8 +153,8 @@ func (a *Agent) SetCredentials(cfg *rest.Config) {
 	}
 }
 
-// Ready reports whether the node's Lease is current and the pod and Service
-// caches of both clusters are complete.
+// Ready reports whether the node's Lease is current and the pod, Service and
+// claim caches of both clusters are complete.
 func (a *Agent) Ready() error {
 	if err := a.node.Healthy(); err != nil {
 		return err
@@ -145,6 +164,12 @@ func (a *Agent) Ready() error {
 	}
 	if !a.svcs.Synced() {
 		return errors.New("service caches have not synced")
+	}
+	if !a.vols.Synced() {
+		return errors.New("volume claim caches have not synced")
+	}
+	if a.ings != nil && !a.ings.Synced() {
+		return errors.New("ingress caches have not synced")
 	}
 	return nil
 }
@@ -157,7 +182,20 @@ func (a *Agent) Reconciled(key string) uint64 { return a.pods.Reconciled(key) }
 // "namespace/name") while it exists.
 func (a *Agent) ServiceReconciled(key string) uint64 { return a.svcs.Reconciled(key) }
 
-// Run runs the node, pod and Service loops with initial credentials until ctx ends,
+// ClaimReconciled counts the completed passes over one virtual
+// PersistentVolumeClaim (key "namespace/name") while it exists.
+func (a *Agent) ClaimReconciled(key string) uint64 { return a.vols.Reconciled(key) }
+
+// IngressReconciled counts the completed passes over one virtual Ingress
+// (key "namespace/name") while it exists; always 0 without SyncIngresses.
+func (a *Agent) IngressReconciled(key string) uint64 {
+	if a.ings == nil {
+		return 0
+	}
+	return a.ings.Reconciled(key)
+}
+
+// Run runs the node, pod, Service and volume claim loops with initial credentials until ctx ends,
 // restarting them whenever SetCredentials brings new ones.
 func (a *Agent) Run(ctx context.Context, initial *rest.Config) error {
 	log := logr.FromContextOrDiscard(ctx)
@@ -184,13 +222,17 @@ func (a *Agent) Run(ctx context.Context, initial *rest.Config) error {
 		wg.Go(func() { a.node.Run(inner, client) })
 		wg.Go(func() { keepRunning(inner, "pod sync", a.pods.Run, client) })
 		wg.Go(func() { keepRunning(inner, "service sync", a.svcs.Run, client) })
+		wg.Go(func() { keepRunning(inner, "volume sync", a.vols.Run, client) })
+		if a.ings != nil {
+			wg.Go(func() { keepRunning(inner, "ingress sync", a.ings.Run, client) })
+		}
 		select {
 		case <-ctx.Done():
 			cancel()
 			wg.Wait()
 			return nil
 		case cur = <-a.creds:
-			log.Info("virtual cluster credentials changed; restarting node, pod and service loops")
+			log.Info("virtual cluster credentials changed; restarting node, pod, service and volume loops")
 			cancel()
 			wg.Wait()
 		}

@@ -64,6 +64,13 @@ const (
 	hostNamespace = "tenant"
 	clusterName   = "c1"
 	nodeName      = "k3k-c1-kubelet"
+	// allowedClass is the storage class the Cluster allows besides the
+	// host's default (spec.storageClasses).
+	allowedClass = "fast"
+	// virtualIngressClass is the ingress class the Cluster maps to the host's
+	// hostIngressClass (spec.ingresses.classes).
+	virtualIngressClass = "public"
+	hostIngressClass    = "nginx"
 )
 
 func TestMain(m *testing.M) {
@@ -172,7 +179,10 @@ func run(m *testing.M) int {
 		Translate: translate.Config{
 			ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName, APIServer: virtualAPIService,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: c.UID}},
+			StorageClasses:  []string{allowedClass},
+			IngressClasses:  map[string]string{virtualIngressClass: hostIngressClass},
 		},
+		SyncIngresses:        true,
 		Node:                 node.Config{InternalIP: "127.0.0.1", LeaseDuration: 8 * time.Second, StatusInterval: 20 * time.Second},
 		Host:                 kubernetes.NewForConfigOrDie(agentHost),
 		HostConfig:           agentHost,

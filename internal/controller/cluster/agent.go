@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -123,6 +124,17 @@ func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
 // would also reach the cluster's own API Service; the guard refuses that. No core Endpoints (nothing reads them
 // for selectorless Services once slices exist) and no services/status (no
 // load balancers are made).
+//
+// PersistentVolumeClaims: the host copies of the virtual cluster's claims
+// (pkg/agent/volumesync), watched like pods (a claim holds no secret);
+// update passes expansions on. Delete by name would also reach the server's
+// own claims, and create could select, name or clone a host volume; the guard
+// refuses both.
+//
+// Ingresses (networking.k8s.io): the host copies of the virtual cluster's
+// Ingresses when the Cluster enables them, watched like Services; no
+// ingresses/status (the host's ingress controller writes it). The guard
+// holds their backends and TLS Secrets to the agent's own copies.
 func AgentRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
@@ -131,6 +143,8 @@ func AgentRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"create", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 	}
 }
 
@@ -161,9 +175,11 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 // would point them at the host's); the DNS Service is their nameserver.
 //
 // The Pod Security level is the Cluster's (AgentPodSecurityLevel); the agent
-// guard holds the agent to the same level at the host API.
+// guard holds the agent to the same level at the host API. The storage
+// classes claims may name are the Cluster's spec.storageClasses; Ingresses
+// are copied with spec.ingresses.
 func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
-	return []string{
+	args := []string{
 		AgentBinary,
 		"--cluster-name=" + c.Name,
 		"--cluster-uid=" + string(c.UID),
@@ -177,6 +193,23 @@ func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 		"--kubelet-port=" + strconv.Itoa(AgentKubeletPort),
 		"--pod-security-level=" + string(AgentPodSecurityLevel(c, cfg)),
 	}
+	// Only when set, so the Deployment of a Cluster without the field does
+	// not change (and restart its agent) on upgrade.
+	if len(c.Spec.StorageClasses) > 0 {
+		args = append(args, "--storage-classes="+strings.Join(c.Spec.StorageClasses, ","))
+	}
+	if ing := c.Spec.Ingresses; ing != nil && ing.Enabled {
+		args = append(args, "--sync-ingresses")
+		if len(ing.Classes) > 0 {
+			pairs := make([]string, 0, len(ing.Classes))
+			for k, v := range ing.Classes {
+				pairs = append(pairs, k+"="+string(v))
+			}
+			sort.Strings(pairs)
+			args = append(args, "--ingress-classes="+strings.Join(pairs, ","))
+		}
+	}
+	return args
 }
 
 // AgentPodSecurityLevel is the level the agent holds the Cluster's pods to:

@@ -21,7 +21,7 @@ import (
 // it: for requests made by an agent ServiceAccount, every object written (and
 // every pod exec'd, attached or port-forwarded) must have a name the agent's
 // translation makes (ending in a 10-digit hex hash, pkg/agent/translate), and
-// a pod may reference only such ConfigMaps and Secrets, no claims, no host
+// a pod may reference only such ConfigMaps, Secrets and claims, no host
 // namespaces, no privileged containers, no host ports and no ServiceAccount
 // token. The agent itself never asks for more (it refuses such virtual pods),
 // so the guard changes nothing for a working agent and stops a subverted one.
@@ -53,8 +53,9 @@ func DesiredAgentGuard(name string) (*admissionregistrationv1.ValidatingAdmissio
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{
 				// exec, attach and port-forward are CONNECTs of pods' subresources.
-				rule("", append(writes, admissionregistrationv1.Connect), "pods", "pods/exec", "pods/attach", "pods/portforward", "configmaps", "secrets", "services"),
+				rule("", append(writes, admissionregistrationv1.Connect), "pods", "pods/exec", "pods/attach", "pods/portforward", "configmaps", "secrets", "services", "persistentvolumeclaims"),
 				rule("discovery.k8s.io", writes, "endpointslices"),
+				rule("networking.k8s.io", writes, "ingresses"),
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "made-by-a-k3k-agent",
@@ -81,6 +82,10 @@ func agentGuardVariables() []admissionregistrationv1.Variable {
 		// A field the request does not carry is absent, not empty: has().
 		{Name: "pod", Expression: "request.resource.resource == 'pods' && !has(request.subResource) && object != null"},
 		{Name: "containers", Expression: "variables.pod ? object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) : []"},
+		// A claim being created or updated.
+		{Name: "claim", Expression: "request.resource.resource == 'persistentvolumeclaims' && !has(request.subResource) && object != null"},
+		// An Ingress being created or updated.
+		{Name: "ingress", Expression: "request.resource.resource == 'ingresses' && !has(request.subResource) && object != null"},
 	}
 }
 
@@ -88,6 +93,12 @@ func agentGuardVariables() []admissionregistrationv1.Variable {
 // of the agent's.
 func own(ref string) string {
 	return "(has(" + ref + ".name) && " + ref + ".name.matches(" + ownName + "))"
+}
+
+// ownBackend is CEL true when Ingress backend b routes to a Service the
+// agent copied and names no other resource.
+func ownBackend(b string) string {
+	return "(!has(" + b + ".resource) && (!has(" + b + ".service) || " + b + ".service.name.matches(" + ownName + ")))"
 }
 
 // noHandlerHost is CEL true when container c's probes and lifecycle
@@ -116,12 +127,36 @@ const storageOnly = "(has(v.ephemeral.volumeClaimTemplate) && " +
 	"!has(v.ephemeral.volumeClaimTemplate.spec.volumeAttributesClassName) && " +
 	"(!has(v.ephemeral.volumeClaimTemplate.spec.storageClassName) || v.ephemeral.volumeClaimTemplate.spec.storageClassName != ''))"
 
+// claimStorageOnly is CEL true when the claim object asks for nothing but
+// storage (see translate.ClaimProblems). The host's PersistentVolume
+// controller sets volumeName when it binds, and its default class admission
+// the class, so an update must keep both as they are: the API lets volumeName
+// be set once on an unbound claim, which would bind it to any host volume.
+const claimStorageOnly = "!has(object.spec.selector) && !has(object.spec.dataSource) && !has(object.spec.dataSourceRef) && " +
+	"!has(object.spec.volumeAttributesClassName) && " +
+	"(oldObject == null ? (!has(object.spec.volumeName) || object.spec.volumeName == '') && " +
+	"(!has(object.spec.storageClassName) || object.spec.storageClassName != '') : " +
+	"(has(object.spec.volumeName) ? object.spec.volumeName : '') == (has(oldObject.spec.volumeName) ? oldObject.spec.volumeName : '') && " +
+	"(has(object.spec.storageClassName) ? object.spec.storageClassName : '-') == (has(oldObject.spec.storageClassName) ? oldObject.spec.storageClassName : '-'))"
+
+// claimMetadata is CEL true when the claim object carries only the agent's
+// labels and annotations, or ones its old version already had (the host's
+// controllers annotate claims they bind): never the annotations host
+// provisioners and the scheduler read (volume.beta.kubernetes.io/storage-class
+// picks a class, volume.kubernetes.io/selected-node a node).
+const claimMetadata = "(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k.startsWith('k3k.io/') || " +
+	"(oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) && " +
+	"(!has(object.metadata.labels) || object.metadata.labels.all(k, k.startsWith('k3k.io/') || " +
+	"(k == 'app.kubernetes.io/managed-by' && object.metadata.labels[k] == 'k3k-kubelet') || " +
+	"(oldObject != null && has(oldObject.metadata.labels) && k in oldObject.metadata.labels && oldObject.metadata.labels[k] == object.metadata.labels[k])))"
+
 func agentGuardValidations() []admissionregistrationv1.Validation {
 	forbidden := ptr.To(metav1.StatusReasonForbidden)
 	podOnly := func(cond string) string { return "!variables.pod || (" + cond + ")" }
 	absentOrFalse := func(field string) string { return "(!has(" + field + ") || !" + field + ")" }
 	volume := strings.Join([]string{
 		"has(v.emptyDir)", "has(v.downwardAPI)", "has(v.ephemeral)", "has(v.image)",
+		"(has(v.persistentVolumeClaim) && v.persistentVolumeClaim.claimName.matches(" + ownName + "))",
 		"(has(v.secret) && has(v.secret.secretName) && v.secret.secretName.matches(" + ownName + "))",
 		"(has(v.configMap) && " + own("v.configMap") + ")",
 		"(has(v.projected) && (!has(v.projected.sources) || v.projected.sources.all(s, has(s.downwardAPI) || " +
@@ -154,7 +189,7 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 		},
 		{
 			Expression: podOnly("!has(object.spec.volumes) || object.spec.volumes.all(v, " + volume + ")"),
-			Message:    "a pod made by a k3k agent may only use emptyDir, downwardAPI, ephemeral and image volumes, and ConfigMaps and Secrets the agent copied",
+			Message:    "a pod made by a k3k agent may only use emptyDir, downwardAPI, ephemeral and image volumes, and ConfigMaps and Secrets the agent copied, and the claims it made",
 			Reason:     forbidden,
 		},
 		{
@@ -186,6 +221,29 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 		{
 			Expression: podOnly("!has(object.spec.imagePullSecrets) || object.spec.imagePullSecrets.all(s, " + own("s") + ")"),
 			Message:    "a pod made by a k3k agent may only pull with Secrets the agent copied",
+			Reason:     forbidden,
+		},
+		{
+			Expression: "!variables.claim || (" + claimStorageOnly + ")",
+			Message: "a PersistentVolumeClaim made by a k3k agent may only ask for storage: no selector, dataSource, dataSourceRef, " +
+				"volumeAttributesClassName or storage class \"\", and no volumeName or storage class other than the host gave it",
+			Reason: forbidden,
+		},
+		{
+			Expression: "!variables.claim || (" + claimMetadata + ")",
+			Message:    "a PersistentVolumeClaim made by a k3k agent may carry only k3k's labels and annotations (and those the host set)",
+			Reason:     forbidden,
+		},
+		{
+			Expression: "!variables.ingress || ((!has(object.spec.defaultBackend) || " + ownBackend("object.spec.defaultBackend") + ") && " +
+				"(!has(object.spec.rules) || object.spec.rules.all(r, !has(r.http) || r.http.paths.all(p, " + ownBackend("p.backend") + "))) && " +
+				"(!has(object.spec.tls) || object.spec.tls.all(t, !has(t.secretName) || t.secretName.matches(" + ownName + "))))",
+			Message: "an Ingress made by a k3k agent may only route to Services the agent copied and use TLS Secrets the agent copied (no resource backends)",
+			Reason:  forbidden,
+		},
+		{
+			Expression: "!variables.ingress || !has(object.metadata.annotations) || object.metadata.annotations.all(k, k.startsWith('k3k.io/'))",
+			Message:    "an Ingress made by a k3k agent may carry only k3k's annotations (the others configure the host's ingress controller)",
 			Reason:     forbidden,
 		},
 		{

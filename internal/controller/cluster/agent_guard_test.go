@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -57,6 +58,7 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		ownPod    = "web-0-shop-0123456789"
 		ownSecret = "web-env-shop-abcdef0123"
 		ownSvc    = "web-shop-9876543210"
+		ownClaim  = "data-web-0-shop-0a1b2c3d4e"
 	)
 
 	// The apiserver loads policies asynchronously: wait until the guard
@@ -139,6 +141,59 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), rc) })
+
+	// claim is a host claim as the agent makes one: its own name, its labels
+	// and annotations, storage only; change adjusts it per case.
+	claim := func(name string, change func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        name,
+				Labels:      map[string]string{"app.kubernetes.io/managed-by": "k3k-kubelet", "k3k.io/cluster": c.Name, "k3k.io/virtual-namespace": "shop"},
+				Annotations: map[string]string{"k3k.io/virtual-kind": "persistentvolumeclaim", "k3k.io/virtual-name": "data-web-0"},
+			},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		if change != nil {
+			change(pvc)
+		}
+		return pvc
+	}
+	createClaim := func(pvc *corev1.PersistentVolumeClaim) error {
+		_, err := agent.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+		return err
+	}
+	// ing is a host Ingress as the agent makes one: routed to its own Service
+	// copy, TLS from its own Secret copy.
+	ing := func(name string, change func(*networkingv1.Ingress)) *networkingv1.Ingress {
+		i := &networkingv1.Ingress{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"k3k.io/virtual-name": "shop"}},
+			Spec: networkingv1.IngressSpec{
+				DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: ownSvc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
+				TLS:            []networkingv1.IngressTLS{{SecretName: ownSecret}},
+			},
+		}
+		if change != nil {
+			change(i)
+		}
+		return i
+	}
+	createIngress := func(i *networkingv1.Ingress) error {
+		_, err := agent.NetworkingV1().Ingresses(ns).Create(ctx, i, metav1.CreateOptions{})
+		return err
+	}
+	// The controller's Ingress of the API (spec.expose.ingress).
+	if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing("k3k-"+c.Name+"-ingress", func(i *networkingv1.Ingress) {
+		i.Spec.DefaultBackend.Service.Name, i.Spec.TLS = n.Service, nil
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	serverClaim := "data-" + n.StatefulSet + "-0"
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(serverClaim, func(p *corev1.PersistentVolumeClaim) { p.Labels, p.Annotations = nil, nil }), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	refused := []struct {
 		name    string
@@ -233,6 +288,74 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		{"deleting the cluster's API Service", func() error {
 			return agent.CoreV1().Services(ns).Delete(ctx, n.Service, metav1.DeleteOptions{})
 		}, "may only write services of objects it named"},
+		{"a claim choosing host volumes by label", func() error {
+			return createClaim(claim("a-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) {
+				p.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "other"}}
+			}))
+		}, "may only ask for storage"},
+		{"a claim cloning the server's claim", func() error {
+			return createClaim(claim("b-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) {
+				p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: serverClaim}
+			}))
+		}, "may only ask for storage"},
+		{"a claim cloning through dataSourceRef", func() error {
+			return createClaim(claim("c-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) {
+				p.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: serverClaim}
+			}))
+		}, "may only ask for storage"},
+		{"a claim naming a host volume", func() error {
+			return createClaim(claim("d-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) { p.Spec.VolumeName = "pv-of-another-tenant" }))
+		}, "may only ask for storage"},
+		{"a claim of the empty class, which binds pre-provisioned volumes", func() error {
+			return createClaim(claim("e-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) { p.Spec.StorageClassName = ptr.To("") }))
+		}, "may only ask for storage"},
+		{"a claim choosing its class by the beta annotation", func() error {
+			return createClaim(claim("f-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) {
+				p.Annotations["volume.beta.kubernetes.io/storage-class"] = "premium"
+			}))
+		}, "may carry only k3k's labels and annotations"},
+		{"a claim choosing the node a provisioner uses", func() error {
+			return createClaim(claim("g-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) {
+				p.Annotations["volume.kubernetes.io/selected-node"] = "control-plane"
+			}))
+		}, "may carry only k3k's labels and annotations"},
+		{"a claim labelled as the controller's", func() error {
+			return createClaim(claim("h-shop-0a1b2c3d4e", func(p *corev1.PersistentVolumeClaim) { p.Labels["app.kubernetes.io/managed-by"] = "k3k" }))
+		}, "may carry only k3k's labels and annotations"},
+		{"a claim with the server's name", func() error {
+			return createClaim(claim(serverClaim+"-x", nil))
+		}, "may only write persistentvolumeclaims of objects it named"},
+		{"deleting the server's claim", func() error {
+			return agent.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, serverClaim, metav1.DeleteOptions{})
+		}, "may only write persistentvolumeclaims of objects it named"},
+		{"an Ingress publishing the cluster's API Service", func() error {
+			return createIngress(ing("a-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.DefaultBackend.Service.Name = n.Service }))
+		}, "may only route to Services the agent copied"},
+		{"an Ingress serving the cluster token as its certificate", func() error {
+			return createIngress(ing("b-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.TLS[0].SecretName = n.Token }))
+		}, "may only route to Services the agent copied and use TLS Secrets the agent copied"},
+		{"an Ingress with a resource backend", func() error {
+			return createIngress(ing("c-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
+				i.Spec.DefaultBackend = &networkingv1.IngressBackend{Resource: &corev1.TypedLocalObjectReference{Kind: "Secret", Name: ownSecret}}
+			}))
+		}, "no resource backends"},
+		{"an Ingress path routing to the API Service", func() error {
+			return createIngress(ing("d-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
+				prefix := networkingv1.PathTypePrefix
+				i.Spec.Rules = []networkingv1.IngressRule{{IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+					Path: "/", PathType: &prefix,
+					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: n.Service, Port: networkingv1.ServiceBackendPort{Number: 443}}},
+				}}}}}}
+			}))
+		}, "may only route to Services the agent copied"},
+		{"an Ingress with a configuration snippet", func() error {
+			return createIngress(ing("e-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
+				i.Annotations["nginx.ingress.kubernetes.io/server-snippet"] = "location / { return 200; }"
+			}))
+		}, "may carry only k3k's annotations"},
+		{"deleting an Ingress the agent did not name", func() error {
+			return agent.NetworkingV1().Ingresses(ns).Delete(ctx, "k3k-"+c.Name+"-ingress", metav1.DeleteOptions{})
+		}, "may only write ingresses of objects it named"},
 		{"an EndpointSlice of the cluster's API Service", func() error {
 			_, err := agent.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("web-shop-abcdef0123", n.Service), metav1.CreateOptions{})
 			return err
@@ -271,6 +394,14 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			_, err := agent.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("web-shop-abcdef0123", ownSvc), metav1.CreateOptions{})
 			return err
 		}},
+		{"a claim copy", func() error { return createClaim(claim(ownClaim, nil)) }},
+		{"an Ingress copy", func() error { return createIngress(ing("f-shop-0a1b2c3d4e", nil)) }},
+		{"a host pod mounting it", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("p-shop-0123456789", func(s *corev1.PodSpec) {
+				s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ownClaim}}})
+			}), metav1.CreateOptions{})
+			return err
+		}},
 		{"deleting its pod", func() error {
 			return agent.CoreV1().Pods(ns).Delete(ctx, ownPod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 		}},
@@ -282,6 +413,50 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			}
 		})
 	}
+	// An unbound claim's volumeName may be set once; the agent must never
+	// use that to bind its claim to a host volume of its choosing.
+	t.Run("refused: binding its own claim to a host volume by update", func(t *testing.T) {
+		live, err := agent.CoreV1().PersistentVolumeClaims(ns).Get(ctx, ownClaim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live.Spec.VolumeName = "pv-of-another-tenant"
+		_, err = agent.CoreV1().PersistentVolumeClaims(ns).Update(ctx, live, metav1.UpdateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may only ask for storage") {
+			t.Errorf("got %v, want Forbidden", err)
+		}
+	})
+	t.Run("refused: annotating its own claim with a node for the provisioner", func(t *testing.T) {
+		live, err := agent.CoreV1().PersistentVolumeClaims(ns).Get(ctx, ownClaim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live.Annotations["volume.kubernetes.io/selected-node"] = "control-plane"
+		_, err = agent.CoreV1().PersistentVolumeClaims(ns).Update(ctx, live, metav1.UpdateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may carry only k3k's labels") {
+			t.Errorf("got %v, want Forbidden", err)
+		}
+	})
+	t.Run("allowed: updating its claim keeps what the host set", func(t *testing.T) {
+		// The host's controllers annotate the claims they bind; the agent's
+		// update carries those annotations unchanged.
+		live, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, ownClaim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
+		if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		live, err = agent.CoreV1().PersistentVolumeClaims(ns).Get(ctx, ownClaim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live.Annotations["k3k.io/desired-hash"] = "changed"
+		if _, err := agent.CoreV1().PersistentVolumeClaims(ns).Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("refused: %v", err)
+		}
+	})
 	t.Run("allowed: exec into its own pod passes admission", func(t *testing.T) {
 		if _, err := agent.CoreV1().Pods(ns).Create(ctx, pod(ownPod, nil), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

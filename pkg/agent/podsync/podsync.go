@@ -105,6 +105,7 @@ type run struct {
 	vPods    corelisters.PodLister
 	vCMs     corelisters.ConfigMapLister
 	vSecrets corelisters.SecretLister
+	vClaims  corelisters.PersistentVolumeClaimLister
 	hPods    corelisters.PodLister
 	hIndex   cache.Indexer
 	loop     *syncloop.Loop
@@ -151,6 +152,7 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 	r.vPods = vPods.Lister()
 	r.vCMs = objFactory.Core().V1().ConfigMaps().Lister()
 	r.vSecrets = objFactory.Core().V1().Secrets().Lister()
+	r.vClaims = objFactory.Core().V1().PersistentVolumeClaims().Lister()
 
 	handlers := []struct {
 		inf cache.SharedIndexInformer

@@ -147,6 +147,13 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 	if errors.As(err, &unsupported) {
 		return false, r.refuse(ctx, vpod, translate.ReasonUnsupported, unsupported.Error())
 	}
+	reasons, err := r.claimProblems(ctx, vpod)
+	if err != nil {
+		return false, err
+	}
+	if len(reasons) > 0 {
+		return false, r.refuse(ctx, vpod, translate.ReasonUnsupported, (&translate.UnsupportedError{Reasons: reasons}).Error())
+	}
 	if err != nil {
 		return false, err
 	}
@@ -492,4 +499,36 @@ func hashOf(obj any) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// claimProblems lists the claims of vpod that have no host copy because the
+// agent refuses them (package volumesync): a pod pinned to the node with
+// nodeName, which skips the virtual scheduler's wait for the claim to bind,
+// would otherwise wait on the host forever. A claim that does not exist yet
+// is not a problem: the host pod waits for it, as a kubelet would. A claim
+// the cache does not hold is read from the virtual API: the claim and pod
+// caches are separate, and a claim made just before the pod may not be in
+// its cache yet.
+func (r *run) claimProblems(ctx context.Context, vpod *corev1.Pod) ([]string, error) {
+	var out []string
+	for _, v := range vpod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		name := v.PersistentVolumeClaim.ClaimName
+		c, err := r.vClaims.PersistentVolumeClaims(vpod.Namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			c, err = r.virtual.CoreV1().PersistentVolumeClaims(vpod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		}
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading claim %s/%s: %w", vpod.Namespace, name, err)
+		}
+		if p := r.tr.ClaimProblems(c); len(p) > 0 {
+			out = append(out, fmt.Sprintf("volume %q: claim %q is not synced to the host: %s", v.Name, c.Name, strings.Join(p, "; ")))
+		}
+	}
+	return out, nil
 }

@@ -25,8 +25,10 @@
 // Secret: downward API fields and projected ServiceAccount tokens become
 // projections of that Secret. Features that would let a tenant reach the host
 // (hostPath, host namespaces, privileged containers, host ports) or that need
-// host objects the agent does not sync (PersistentVolumeClaims, resource claims)
-// are refused with an UnsupportedError that names them. Containers are pointed
+// host objects the agent does not sync (resource claims) are refused with an
+// UnsupportedError that names them. PersistentVolumeClaim volumes are renamed
+// to the host copies of their claims (HostClaim), which keep only size, access
+// modes, volume mode and an allowed storage class. Containers are pointed
 // at the virtual API (APIServer) instead of the host's, which the host kubelet
 // would inject.
 //

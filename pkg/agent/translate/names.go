@@ -76,9 +76,14 @@ type Config struct {
 	// meet (package podsecurity): baseline (the default), restricted or
 	// privileged.
 	PodSecurityLevel string
-	// StorageClasses are the storage classes a generic ephemeral volume may
-	// name. A volume without a class (the host's default) is always allowed.
+	// StorageClasses are the storage classes a PersistentVolumeClaim or a
+	// generic ephemeral volume may name. A claim without a class (the host's
+	// default) is always allowed; the class "" never is.
 	StorageClasses []string
+	// IngressClasses maps the ingress classes a virtual Ingress may name to
+	// host IngressClasses. An Ingress without a class gets the host's
+	// default; one naming a class not in the map is refused.
+	IngressClasses map[string]string
 }
 
 // Translator holds a checked Config.

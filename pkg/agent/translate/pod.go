@@ -194,11 +194,11 @@ func (t *Translator) unsupported(spec *corev1.PodSpec) []string {
 				}
 			}
 		case v.PersistentVolumeClaim != nil:
-			r = append(r, fmt.Sprintf("volume %q: persistentVolumeClaim", v.Name))
+			// Renamed to the claim's host copy (package volumesync makes it).
 		case v.HostPath != nil:
 			r = append(r, fmt.Sprintf("volume %q: hostPath", v.Name))
 		default:
-			r = append(r, fmt.Sprintf("volume %q: only emptyDir, configMap, secret, downwardAPI, projected, ephemeral and image volumes are supported", v.Name))
+			r = append(r, fmt.Sprintf("volume %q: only emptyDir, configMap, secret, downwardAPI, projected, ephemeral, persistentVolumeClaim and image volumes are supported", v.Name))
 		}
 	}
 	visit := func(c *corev1.Container) {
@@ -292,13 +292,8 @@ func (t *Translator) ephemeralVolume(name string, e *corev1.EphemeralVolumeSourc
 	if s.VolumeAttributesClassName != nil {
 		bad("spec.volumeAttributesClassName")
 	}
-	if c := s.StorageClassName; c != nil && *c == "" {
-		// An empty class asks the host for a pre-provisioned volume without a
-		// class: any such PersistentVolume of the host (NFS, hostPath, a local
-		// disk made by hand) whose size and access mode fit would be bound.
-		r = append(r, fmt.Sprintf("volume %q: storage class \"\" (no class) would bind a pre-provisioned host volume; leave storageClassName unset for the host's default class", name))
-	} else if c != nil && !contains(t.cfg.StorageClasses, *c) {
-		r = append(r, fmt.Sprintf("volume %q: storage class %q is not one the host administrator allowed (%s)", name, *c, allowedClasses(t.cfg.StorageClasses)))
+	if p := t.storageClassProblem(s.StorageClassName); p != "" {
+		r = append(r, fmt.Sprintf("volume %q: %s", name, p))
 	}
 	return r
 }
@@ -344,6 +339,8 @@ func (t *Translator) rewriteVolume(v *corev1.Volume, rename func(Kind, string) s
 	switch {
 	case v.Ephemeral != nil:
 		v.Ephemeral = hostEphemeral(v.Ephemeral)
+	case v.PersistentVolumeClaim != nil:
+		v.PersistentVolumeClaim.ClaimName = rename(KindClaim, v.PersistentVolumeClaim.ClaimName)
 	case v.ConfigMap != nil:
 		v.ConfigMap.Name = rename(KindConfigMap, v.ConfigMap.Name)
 	case v.Secret != nil:

@@ -288,9 +288,9 @@ func TestHostPodRefusesWhatWouldReachTheHost(t *testing.T) {
 		{"hostPath volume", func(s *corev1.PodSpec) {
 			s.Volumes = append(s.Volumes, corev1.Volume{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
 		}, `volume "root": hostPath`},
-		{"a claim the host does not have", func(s *corev1.PodSpec) {
-			s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}})
-		}, `volume "data": persistentVolumeClaim`},
+		{"an NFS volume", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.1", Path: "/"}}})
+		}, `volume "data": only emptyDir, configMap, secret, downwardAPI, projected, ephemeral, persistentVolumeClaim and image volumes`},
 		{"privileged container", func(s *corev1.PodSpec) {
 			s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 		}, `privileged (container "web" must not set securityContext.privileged=true)`},

@@ -1,0 +1,178 @@
+package volumesync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
+	"github.com/k3k-io/k3k/pkg/agent/translate"
+)
+
+// Config is what the Syncer needs besides the virtual credentials.
+type Config struct {
+	// Translator builds host claims and virtual volumes; its config names
+	// the host namespace and the allowed storage classes.
+	Translator *translate.Translator
+	// Host is a client for the host cluster, allowed what the agent's Role
+	// allows in the host namespace.
+	Host kubernetes.Interface
+	// Resync is how often every claim is reconciled without an event.
+	// Default 30s.
+	Resync time.Duration
+	// Workers is how many claims are reconciled at once. Default 2.
+	Workers int
+	// Now is the clock of Events. Default time.Now.
+	Now func() time.Time
+}
+
+// Syncer keeps host copies of the virtual claims.
+type Syncer struct {
+	cfg      Config
+	tr       *translate.Translator
+	progress syncloop.Progress // keys are virtual claim keys
+
+	mu       sync.Mutex
+	reported map[string]reported // claim key → the last refusal reported with an Event
+}
+
+// New checks cfg and fills in defaults.
+func New(cfg Config) (*Syncer, error) {
+	if cfg.Translator == nil || cfg.Host == nil {
+		return nil, errors.New("volumesync: translator and host client are required")
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Syncer{cfg: cfg, tr: cfg.Translator, reported: map[string]reported{}}, nil
+}
+
+type reported struct {
+	uid     types.UID
+	message string
+}
+
+// Synced reports whether the current Run's caches have synced.
+func (s *Syncer) Synced() bool { return s.progress.Synced() }
+
+// Reconciled counts the completed, error-free passes over one virtual claim
+// (key "namespace/name") while it exists.
+func (s *Syncer) Reconciled(key string) uint64 { return s.progress.Reconciled(key) }
+
+// run is one Run's clients, caches and queue.
+type run struct {
+	*Syncer
+	virtual  kubernetes.Interface
+	vClaims  corelisters.PersistentVolumeClaimLister
+	vVolumes cache.Indexer
+	hClaims  corelisters.PersistentVolumeClaimLister
+	loop     *syncloop.Loop
+}
+
+// claimIndex indexes the agent's virtual volumes by the claim
+// ("namespace/name") they are bound to.
+const claimIndex = "claim"
+
+// Run syncs until ctx ends, with virtual as the virtual cluster's client. It
+// returns nil when ctx ends.
+func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
+	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
+		informers.WithNamespace(s.tr.Config().HostNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.tr.HostSelector() }))
+	virtualFactory := informers.NewSharedInformerFactory(virtual, s.cfg.Resync)
+	// Only the volumes the agent made: a tenant's own volumes are not the
+	// agent's business (a claim bound to one is refused).
+	volumeFactory := informers.NewSharedInformerFactoryWithOptions(virtual, s.cfg.Resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = translate.LabelManagedBy + "=" + translate.ManagedByValue
+		}))
+
+	r := &run{Syncer: s, virtual: virtual}
+	r.loop = syncloop.New(syncloop.Config{
+		Name:      "k3k-agent-volumes",
+		Noun:      "claim",
+		Workers:   s.cfg.Workers,
+		Progress:  &s.progress,
+		Reconcile: r.reconcile,
+		Exists:    r.exists,
+	})
+	defer r.loop.ShutDown()
+
+	vVolumes := volumeFactory.Core().V1().PersistentVolumes().Informer()
+	if err := vVolumes.AddIndexers(cache.Indexers{claimIndex: indexClaim}); err != nil {
+		return fmt.Errorf("indexing virtual volumes: %w", err)
+	}
+	r.vVolumes = vVolumes.GetIndexer()
+	r.vClaims = virtualFactory.Core().V1().PersistentVolumeClaims().Lister()
+	r.hClaims = hostFactory.Core().V1().PersistentVolumeClaims().Lister()
+
+	handlers := []struct {
+		inf     cache.SharedIndexInformer
+		enqueue func(any)
+	}{
+		{virtualFactory.Core().V1().PersistentVolumeClaims().Informer(), r.enqueueVirtualClaim},
+		{vVolumes, r.enqueueVirtualVolume},
+		{hostFactory.Core().V1().PersistentVolumeClaims().Informer(), r.enqueueHost},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(syncloop.Handler(h.enqueue)); err != nil {
+			return fmt.Errorf("watching: %w", err)
+		}
+	}
+	return r.loop.Run(ctx, hostFactory, virtualFactory, volumeFactory)
+}
+
+func (r *run) enqueueVirtualClaim(obj any) {
+	if c, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		r.loop.Add(c.Namespace + "/" + c.Name)
+	}
+}
+
+func (r *run) enqueueVirtualVolume(obj any) {
+	if keys, _ := indexClaim(obj); len(keys) == 1 {
+		r.loop.Add(keys[0])
+	}
+}
+
+// enqueueHost enqueues the virtual claim a host claim stands for.
+func (r *run) enqueueHost(obj any) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	if k, ok := r.tr.VirtualKeyOf(m); ok && k.Kind == translate.KindClaim {
+		r.loop.Add(k.Namespace + "/" + k.Name)
+	}
+}
+
+func indexClaim(obj any) ([]string, error) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef == nil {
+		return nil, nil
+	}
+	return []string{pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name}, nil
+}
+
+// exists reports whether the virtual claim is in the cache, so that counters
+// of claims that are gone are not kept.
+func (r *run) exists(key string) bool {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	_, err := r.vClaims.PersistentVolumeClaims(ns).Get(name)
+	return err == nil
+}
