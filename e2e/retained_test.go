@@ -4,16 +4,27 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+	_ "modernc.org/sqlite" // reads the snapshot's SQLite database
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/k3k-io/k3k/pkg/snapshot"
 )
 
 // retainedObjects is how many ConfigMaps the retained-volume scenarios write
@@ -60,6 +71,18 @@ func retainedVolumesComeBack(t *testing.T, name string, servers int, flags ...st
 		t.Fatalf("counted %d objects before the deletion, wrote %d", len(before), retainedObjects)
 	}
 	token := secretData(t, v, v.tokenSecret())
+
+	// A snapshot while the cluster serves, through the host API's pods/exec.
+	file := filepath.Join(cfg.workDir, name+".snapshot")
+	k3kcli(t, "cluster", "snapshot", name, "-n", v.namespace, "-o", file)
+	m, inSnapshot := snapshotObjects(t, file, w.namespace)
+	t.Logf("snapshot: %s, revision %d, %d bytes, k3s %s, from %s; holds %d of the %d objects", m.Datastore, m.Revision, m.Size, m.K3sVersion, m.Source, inSnapshot, retainedObjects)
+	if inSnapshot != retainedObjects || m.Cluster.Name != name || m.Cluster.Namespace != v.namespace || m.Revision <= 0 || m.K3sVersion == "" {
+		t.Fatalf("snapshot manifest %+v holding %d objects, want %d of cluster %s/%s", m, inSnapshot, retainedObjects, v.namespace, name)
+	}
+	if got := snapshotToken(t, file); string(got) != string(token["token"]) {
+		t.Fatal("the snapshot's token is not the cluster's token")
+	}
 
 	out := k3kcli(t, "cluster", "delete", name, "-n", v.namespace, "--keep-data")
 	if !strings.Contains(out, "volumes are kept") {
@@ -130,4 +153,94 @@ func keptObjects(t *testing.T, c kubernetes.Interface) map[string]string {
 		out[cm.Namespace+"/"+cm.Name] = cm.ResourceVersion + " " + cm.Data["value"]
 	}
 	return out
+}
+
+// snapshotToken is the token a snapshot file carries.
+func snapshotToken(t *testing.T, file string) []byte {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, err := snapshot.ReadArchive(f, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Token
+}
+
+// snapshotObjects verifies a snapshot file and counts the ConfigMaps named
+// object-* of namespace ns in its database, read with the datastore's own
+// format: kine's table, or etcd's backend.
+func snapshotObjects(t *testing.T, file, ns string) (snapshot.Manifest, int) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot file mode: %v %v, want 0600", st.Mode(), err)
+	}
+	db := filepath.Join(t.TempDir(), "data.db")
+	out, err := os.Create(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := snapshot.ReadArchive(f, out)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("reading the snapshot: %v", err)
+	}
+	prefix := "/registry/configmaps/" + ns + "/object-"
+	switch a.Manifest.Datastore {
+	case snapshot.SQLite:
+		conn, err := sql.Open("sqlite", "file:"+db+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var n int
+		err = conn.QueryRow(`SELECT COUNT(*) FROM kine k WHERE k.name LIKE ? || '%' AND k.deleted = 0
+			AND k.id = (SELECT MAX(id) FROM kine WHERE name = k.name)`, prefix).Scan(&n)
+		if err != nil {
+			t.Fatalf("counting in the SQLite snapshot: %v", err)
+		}
+		return a.Manifest, n
+	case snapshot.Etcd:
+		bdb, err := bbolt.Open(db, 0o400, &bbolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bdb.Close()
+		live := map[string]bool{}
+		err = bdb.View(func(tx *bbolt.Tx) error {
+			return tx.Bucket([]byte("key")).ForEach(func(k, v []byte) error {
+				var kv mvccpb.KeyValue
+				if err := proto.Unmarshal(v, &kv); err != nil {
+					return err
+				}
+				if strings.HasPrefix(string(kv.Key), prefix) {
+					// A tombstone row (its key ends in 't') deletes the key.
+					live[string(kv.Key)] = len(k) <= 17
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatalf("reading the etcd snapshot: %v", err)
+		}
+		n := 0
+		for _, ok := range live {
+			if ok {
+				n++
+			}
+		}
+		return a.Manifest, n
+	}
+	t.Fatalf("snapshot of datastore %q", a.Manifest.Datastore)
+	return snapshot.Manifest{}, 0
 }
