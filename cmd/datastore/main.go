@@ -3,7 +3,8 @@
 // etcd member for HA clusters, `datastore publish-kubeconfig` copies the
 // kubeconfig k3s writes into the cluster's Secret, `datastore check-external`
 // checks an external datastore before k3s starts on it, and `datastore
-// snapshot` writes a consistent snapshot of the running datastore to stdout.
+// snapshot` writes a consistent snapshot of the running datastore to stdout, and
+// `datastore restore` loads one into the empty datastore of a new cluster.
 package main
 
 import (
@@ -41,6 +42,7 @@ func newRootCommand() *cobra.Command {
 		newPublishKubeconfigCommand(),
 		newCheckExternalCommand(),
 		newSnapshotCommand(),
+		newRestoreCommand(),
 	)
 	return root
 }

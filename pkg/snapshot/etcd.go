@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // etcd's backend layout, as etcd's own snapshot status reads it: bucket "key"
@@ -93,3 +96,57 @@ func verifyEtcdChecksum(path string) error {
 	}
 	return nil
 }
+
+// ReadEtcdKeys calls fn, in key order, with the newest value of every key live
+// in the etcd snapshot database at path, with its lease. It reads etcd's
+// backend directly: bucket "key" holds one row per revision, and a row whose
+// key carries etcd's tombstone mark deletes the key.
+func ReadEtcdKeys(path string, fn func(key string, value []byte, lease int64) error) error {
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("opening etcd snapshot: %w", err)
+	}
+	defer db.Close()
+	type entry struct {
+		value []byte
+		lease int64
+		live  bool
+	}
+	newest := map[string]entry{}
+	err = db.View(func(tx *bolt.Tx) error {
+		keys := tx.Bucket(etcdKeyBucket)
+		if keys == nil {
+			return errors.New("etcd snapshot without a key bucket")
+		}
+		// Rows come in revision order, so the last row of a key wins.
+		return keys.ForEach(func(rev, v []byte) error {
+			var kv mvccpb.KeyValue
+			if err := proto.Unmarshal(v, &kv); err != nil {
+				return fmt.Errorf("etcd snapshot row: %w", err)
+			}
+			tombstone := len(rev) == etcdRevBytes+1 && rev[etcdRevBytes] == 't'
+			newest[string(kv.Key)] = entry{value: bytes.Clone(kv.Value), lease: kv.Lease, live: !tombstone}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(newest))
+	for k, e := range newest {
+		if e.live {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if err := fn(k, newest[k].value, newest[k].lease); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// etcdRevBytes is the length of a revision in etcd's key bucket: 8 bytes of
+// main revision, '_', 8 bytes of sub revision; a tombstone adds 't'.
+const etcdRevBytes = 17

@@ -38,17 +38,11 @@ func StreamSnapshot(ctx context.Context, cfg SnapshotConfig, w io.Writer) (strin
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 5 * time.Second
 	}
-	var dial []grpc.DialOption
-	if cfg.DialAddress != "" {
-		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "tcp", cfg.DialAddress)
-		}))
-	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{cfg.Endpoint},
 		TLS:         cfg.TLS,
 		DialTimeout: cfg.DialTimeout,
-		DialOptions: dial,
+		DialOptions: DialTo(cfg.DialAddress),
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
@@ -73,4 +67,15 @@ func StreamSnapshot(ctx context.Context, cfg SnapshotConfig, w io.Writer) (strin
 		return resp.Version, fmt.Errorf("receiving the snapshot of etcd member %s: %w", cfg.Endpoint, err)
 	}
 	return resp.Version, nil
+}
+
+// DialTo is the gRPC option that sends every connection to address instead of
+// the endpoint's host (TLS still checks the endpoint's name); none for "".
+func DialTo(address string) []grpc.DialOption {
+	if address == "" {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", address)
+	})}
 }

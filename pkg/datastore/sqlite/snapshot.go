@@ -62,3 +62,36 @@ func Snapshot(ctx context.Context, dbPath, dst string) (SnapshotInfo, error) {
 	}
 	return info, nil
 }
+
+// ReadSnapshotKeys calls fn, in key order, with the newest value of every key
+// live in the SQLite snapshot at path (kine's table: the newest row of each
+// name, unless that row is a deletion), with the lease it was written under.
+// It never writes the file.
+func ReadSnapshotKeys(ctx context.Context, path string, fn func(key string, value []byte, lease int64) error) error {
+	db, err := openSide(path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT k.name, k.value, k.lease FROM kine k
+		JOIN (SELECT name, MAX(id) AS id FROM kine GROUP BY name) newest ON k.id = newest.id
+		WHERE k.deleted = 0 ORDER BY k.name`)
+	if err != nil {
+		return fmt.Errorf("reading the snapshot's keys: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			key   string
+			value []byte
+			lease int64
+		)
+		if err := rows.Scan(&key, &value, &lease); err != nil {
+			return fmt.Errorf("reading the snapshot's keys: %w", err)
+		}
+		if err := fn(key, value, lease); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
