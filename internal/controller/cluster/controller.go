@@ -143,8 +143,8 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if hasData {
-		o.token = tokenState{false, ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(name)}
+	if hasData || restorePending(c) {
+		o.token = tokenState{false, ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(c, name)}
 		if !exists {
 			// An empty placeholder, so the publisher needs only update rights.
 			if err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, ""), func(_, _ *corev1.Secret) {}); err != nil {

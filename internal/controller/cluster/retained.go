@@ -54,9 +54,28 @@ func awaitingTokenRestore(o *observation) bool {
 	return !o.token.ready && o.token.reason == ReasonTokenAwaitingRestore
 }
 
+// AnnotationRestorePending on a new Cluster says that its data is being
+// restored from a snapshot (k3kcli cluster create --restore-from sets it
+// before the Cluster exists and removes it when done). Until then the
+// cluster is treated as one that holds data: no token is generated (the
+// snapshot's token is written into the Secret after its data), and the
+// servers start, their datastores empty and k3s waiting for the token, so
+// that the data can be loaded into the datastore before k3s first starts. It
+// changes nothing for a cluster whose token Secret holds a token.
+const AnnotationRestorePending = "k3k.io/restore-pending"
+
+func restorePending(c *v1beta1.Cluster) bool {
+	_, ok := c.Annotations[AnnotationRestorePending]
+	return ok
+}
+
 // tokenAwaitingRestoreMessage is TokenReady's message while the token Secret
-// waits for the servers to restore it.
-func tokenAwaitingRestoreMessage(secret string) string {
+// waits for the servers, or a restore, to fill it.
+func tokenAwaitingRestoreMessage(c *v1beta1.Cluster, secret string) string {
+	if restorePending(c) {
+		return fmt.Sprintf("restoring from a snapshot (annotation %s): Secret %s gets the snapshot's token once its data is loaded into the datastore; k3s waits for it. "+
+			"If it stays so, the restore was interrupted: delete the Cluster and restore again", AnnotationRestorePending, secret)
+	}
 	return fmt.Sprintf("Secret %s is missing or empty but the servers already hold data (a published kubeconfig or a server volume, e.g. kept by delete --keep-data): "+
 		"the servers start on their volumes and the publisher restores the token from the server's own copy (%s), which k3s waits for; "+
 		"k3k never generates a replacement token for existing data. If it stays so, the server's volume holds no token "+
@@ -66,6 +85,11 @@ func tokenAwaitingRestoreMessage(secret string) string {
 // recordTokenRestoreStart records that the servers were started on retained
 // data to restore the token; called once, when the StatefulSet is created.
 func (r *Reconciler) recordTokenRestoreStart(c *v1beta1.Cluster) {
+	if restorePending(c) {
+		r.event(c, corev1.EventTypeNormal, ReasonServersStartedToRestoreToken, "StartServers",
+			fmt.Sprintf("restoring from a snapshot: the servers start with empty datastores and k3s waits for Secret %s, which gets the snapshot's token once its data is loaded", NamesFor(c).Token))
+		return
+	}
 	r.event(c, corev1.EventTypeNormal, ReasonServersStartedToRestoreToken, "StartServers",
 		fmt.Sprintf("the servers already hold data and Secret %s is empty: the servers start on their volumes and restore the token from their own copy", NamesFor(c).Token))
 }

@@ -231,3 +231,92 @@ func TestRetainedEtcdVolumesComeBack(t *testing.T) {
 		t.Fatalf("events %v, want one %s", got, ReasonServersStartedToRestoreToken)
 	}
 }
+
+// TestRestorePendingClusterStartsWithoutAToken is the controller's half of
+// `create --restore-from`: a new Cluster annotated restore-pending gets no
+// generated token and its servers start (k3s waits for the token); once the
+// CLI wrote the snapshot's token and removed the annotation the token is
+// ready, unchanged, and the servers are not replaced. With etcd the first
+// roster is still published: the members start empty and form a cluster the
+// restore writes into.
+func TestRestorePendingClusterStartsWithoutAToken(t *testing.T) {
+	for _, ds := range []v1beta1.DatastoreType{v1beta1.SQLiteDatastore, v1beta1.EtcdDatastore} {
+		t.Run(string(ds), func(t *testing.T) {
+			r, _ := newReconciler(t)
+			r.EtcdDial = (&dialTable{}).dial
+			rec := events.NewFakeRecorder(20)
+			r.Recorder = rec
+			c := newCluster(newNamespace(t), "restored", func(c *v1beta1.Cluster) {
+				c.Spec.Datastore.Type = ds
+				c.Annotations = map[string]string{AnnotationRestorePending: "abc"}
+			})
+			createCluster(t, c)
+			reconcileOnce(t, r, c)
+			n := NamesFor(c)
+			token := &corev1.Secret{}
+			get(t, c, n.Token, token)
+			if len(token.Data[SecretKeyToken]) != 0 {
+				t.Fatal("a token was generated for a cluster being restored")
+			}
+			cond := condition(t, c, ConditionTokenReady)
+			if cond.Reason != ReasonTokenAwaitingRestore || !strings.Contains(cond.Message, "restoring from a snapshot") {
+				t.Fatalf("TokenReady %+v", cond)
+			}
+			sts := &appsv1.StatefulSet{}
+			get(t, c, n.StatefulSet, sts)
+			if got := drainEvents(rec); len(got) != 1 || !strings.Contains(got[0], "restoring from a snapshot") {
+				t.Fatalf("events %v", got)
+			}
+			if ds == v1beta1.EtcdDatastore {
+				get(t, c, n.EtcdRoster, &corev1.ConfigMap{})
+			}
+
+			// What k3kcli does once the data is loaded.
+			token.Data = map[string][]byte{SecretKeyToken: []byte("the-snapshots-token")}
+			if err := k8s.Update(context.Background(), token); err != nil {
+				t.Fatal(err)
+			}
+			get(t, c, c.Name, c)
+			delete(c.Annotations, AnnotationRestorePending)
+			if err := k8s.Update(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			reconcileOnce(t, r, c)
+			if cond := condition(t, c, ConditionTokenReady); cond.Status != metav1.ConditionTrue {
+				t.Fatalf("TokenReady after the restore: %+v", cond)
+			}
+			get(t, c, n.Token, token)
+			again := &appsv1.StatefulSet{}
+			get(t, c, n.StatefulSet, again)
+			if string(token.Data[SecretKeyToken]) != "the-snapshots-token" || again.UID != sts.UID {
+				t.Fatal("the token or the StatefulSet changed after the restore")
+			}
+		})
+	}
+}
+
+// TestRestorePendingNeverEmptiesAToken: the annotation on a cluster that has
+// its token changes nothing.
+func TestRestorePendingNeverEmptiesAToken(t *testing.T) {
+	r, writes := newReconciler(t)
+	c := createCluster(t, newCluster(newNamespace(t), "running"))
+	reconcileOnce(t, r, c)
+	token := &corev1.Secret{}
+	get(t, c, NamesFor(c).Token, token)
+	original := string(token.Data[SecretKeyToken])
+	get(t, c, c.Name, c)
+	c.Annotations = map[string]string{AnnotationRestorePending: "late"}
+	if err := k8s.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+	before := writes.count()
+	reconcileOnce(t, r, c)
+	get(t, c, NamesFor(c).Token, token)
+	if string(token.Data[SecretKeyToken]) != original || condition(t, c, ConditionTokenReady).Status != metav1.ConditionTrue {
+		t.Fatal("the annotation changed a cluster that has its token")
+	}
+	if writes.count() != before {
+		t.Fatalf("a steady reconcile wrote %d times", writes.count()-before)
+	}
+}
