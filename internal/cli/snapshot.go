@@ -252,24 +252,7 @@ func SidecarSnapshotCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod st
 // streamSnapshot execs the sidecar's snapshot command and writes the data it
 // streams to data; it returns the manifest once the data matched it.
 func streamSnapshot(ctx context.Context, rc *rest.Config, c *v1beta1.Cluster, pod *corev1.Pod, ds v1beta1.DatastoreType, data io.Writer) (snapshot.Manifest, error) {
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return snapshot.Manifest{}, err
-	}
-	req := cs.CoreV1().RESTClient().Post().Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "datastore", Command: SidecarSnapshotCommand(c, ds, pod.Name), Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	// As kubectl exec: WebSockets, and SPDY from servers that lack them.
-	ws, err := remotecommand.NewWebSocketExecutor(rc, http.MethodGet, req.URL().String())
-	if err != nil {
-		return snapshot.Manifest{}, err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(rc, http.MethodPost, req.URL())
-	if err != nil {
-		return snapshot.Manifest{}, err
-	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	exec, err := sidecarExecutor(rc, pod, SidecarSnapshotCommand(c, ds, pod.Name), false)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
@@ -346,4 +329,26 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// sidecarExecutor runs command in pod's datastore sidecar as kubectl exec
+// does: WebSockets, and SPDY from API servers that lack them.
+func sidecarExecutor(rc *rest.Config, pod *corev1.Pod, command []string, stdin bool) (remotecommand.Executor, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	req := cs.CoreV1().RESTClient().Post().Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "datastore", Command: command, Stdin: stdin, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(rc, http.MethodGet, req.URL().String())
+	if err != nil {
+		return nil, err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(rc, http.MethodPost, req.URL())
+	if err != nil {
+		return nil, err
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
 }
