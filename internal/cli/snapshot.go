@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -261,7 +260,8 @@ func streamSnapshot(ctx context.Context, rc *rest.Config, c *v1beta1.Cluster, po
 	execErr := make(chan error, 1)
 	go func() {
 		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: pw, Stderr: &limitedBuffer{b: &stderr, max: 16 << 10}})
-		pw.CloseWithError(errors.Join(err, io.EOF))
+		// nil closes with io.EOF, the end of a stream that was all sent.
+		pw.CloseWithError(err)
 		execErr <- err
 	}()
 	m, readErr := snapshot.ReadStream(pr, data)

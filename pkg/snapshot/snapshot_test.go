@@ -3,6 +3,8 @@ package snapshot
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +154,35 @@ func TestManifestValidation(t *testing.T) {
 		if m.Validate() == nil {
 			t.Errorf("%s passed validation", name)
 		}
+	}
+}
+
+// TestStreamThroughAPipe is how k3kcli reads the sidecar's stdout: through a
+// pipe that the exec closes, cleanly (nil: io.EOF) or with the exec's error,
+// which must not pass for the end of a complete stream.
+func TestStreamThroughAPipe(t *testing.T) {
+	wire := stream(t, randomData(t, 5000), Manifest{Datastore: SQLite})
+	for _, tc := range []struct {
+		name    string
+		closeAs error
+		ok      bool
+	}{
+		{"a clean end", nil, true},
+		{"a failed exec", errors.New("command terminated with exit code 1"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			go func() {
+				_, _ = pw.Write(wire)
+				pw.CloseWithError(tc.closeAs)
+			}()
+			_, err := ReadStream(pr, &bytes.Buffer{})
+			if (err == nil) != tc.ok {
+				t.Fatalf("error %v", err)
+			}
+			if !tc.ok && !strings.Contains(err.Error(), "exit code 1") {
+				t.Fatalf("the exec's error is lost: %v", err)
+			}
+		})
 	}
 }

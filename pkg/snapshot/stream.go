@@ -130,8 +130,11 @@ func ReadStream(r io.Reader, data io.Writer) (Manifest, error) {
 			if err != nil {
 				return Manifest{}, err
 			}
-			if _, err := br.ReadByte(); err != io.EOF {
+			switch _, err := br.ReadByte(); {
+			case err == nil:
 				return Manifest{}, errors.New("snapshot stream: data after the manifest")
+			case !errors.Is(err, io.EOF):
+				return Manifest{}, fmt.Errorf("snapshot stream: after the manifest: %w", err)
 			}
 			if got := hex.EncodeToString(sum.Sum(nil)); m.Size != size || m.SHA256 != got {
 				return Manifest{}, fmt.Errorf("snapshot stream: received %d bytes with sha256 %s, the manifest says %d bytes with sha256 %s", size, got, m.Size, m.SHA256)
