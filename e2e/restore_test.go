@@ -54,18 +54,31 @@ func contents(objs map[string]string) map[string]string {
 // and the new cluster accepts writes.
 func TestRestoreIntoANewCluster(t *testing.T) {
 	t.Parallel()
-	src := createCluster(t, "restore-src", "--datastore", "sqlite", "--persistence-type", "dynamic")
+	restoreIntoANewCluster(t, "restore-src", "restored")
+}
+
+// TestRestoreIntoANewEtcdCluster restores a SQLite cluster's snapshot into a
+// new cluster of three etcd servers: the data is loaded into member 0 while
+// the others join, and what a restore reads does not depend on where it
+// writes.
+func TestRestoreIntoANewEtcdCluster(t *testing.T) {
+	t.Parallel()
+	restoreIntoANewCluster(t, "restore-src-2", "restored-ha", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
+}
+
+func restoreIntoANewCluster(t *testing.T, srcName, dstName string, dstFlags ...string) {
+	src := createCluster(t, srcName, "--datastore", "sqlite", "--persistence-type", "dynamic")
 	w := workload{namespace: "restore-data"}
 	w.create(t, src.client)
 	writeKept(t, src.client, w.namespace, "object", 50)
 	before := contents(keptObjects(t, src.client))
-	file := filepath.Join(cfg.workDir, "restore-src.snapshot")
+	file := filepath.Join(cfg.workDir, srcName+".snapshot")
 	k3kcli(t, "cluster", "snapshot", src.name, "-n", src.namespace, "-o", file)
 	writeKept(t, src.client, w.namespace, "after-snapshot", 5)
 	token := secretData(t, src, src.tokenSecret())
 
 	ctx := context.Background()
-	v := &vcluster{name: "restored", namespace: "e2e-restored", kubeconfig: filepath.Join(cfg.workDir, "restored.kubeconfig")}
+	v := &vcluster{name: dstName, namespace: "e2e-" + dstName, kubeconfig: filepath.Join(cfg.workDir, dstName+".kubeconfig")}
 	if _, err := host.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v.namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +90,8 @@ func TestRestoreIntoANewCluster(t *testing.T) {
 		_ = host.CoreV1().Namespaces().Delete(context.Background(), v.namespace, metav1.DeleteOptions{})
 	})
 	start := time.Now()
-	k3kcli(t, "cluster", "create", v.name, "-n", v.namespace, "--restore-from", file, "--expose", "nodeport",
-		"--timeout", "10m", "--output-kubeconfig", v.kubeconfig)
+	k3kcli(t, append([]string{"cluster", "create", v.name, "-n", v.namespace, "--restore-from", file, "--expose", "nodeport",
+		"--timeout", "10m", "--output-kubeconfig", v.kubeconfig}, dstFlags...)...)
 	t.Logf("restored cluster ready after %s", time.Since(start).Round(time.Millisecond))
 	v.client = virtualClient(t, v.kubeconfig)
 
