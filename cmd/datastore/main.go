@@ -1,8 +1,10 @@
 // Command datastore is the server pod's sidecar binary: `datastore sqlite` serves
 // the virtual cluster's datastore over the etcd v3 API, `datastore etcd` runs an
 // etcd member for HA clusters, `datastore publish-kubeconfig` copies the
-// kubeconfig k3s writes into the cluster's Secret, and `datastore check-external`
-// checks an external datastore before k3s starts on it.
+// kubeconfig k3s writes into the cluster's Secret, `datastore check-external`
+// checks an external datastore before k3s starts on it, and `datastore
+// snapshot` writes a consistent snapshot of the running datastore to stdout, and
+// `datastore restore` loads one into the empty datastore of a new cluster.
 package main
 
 import (
@@ -39,6 +41,8 @@ func newRootCommand() *cobra.Command {
 		newEtcdCommand(),
 		newPublishKubeconfigCommand(),
 		newCheckExternalCommand(),
+		newSnapshotCommand(),
+		newRestoreCommand(),
 	)
 	return root
 }

@@ -33,6 +33,7 @@ type createFlags struct {
 	wait            bool
 	timeout         time.Duration
 	output          string
+	restoreFrom     string
 }
 
 // versionPattern is the CRD's rule for spec.version, checked here so the user
@@ -73,6 +74,7 @@ its kubeconfig, with the server address rewritten to how the cluster is exposed,
 	fl.BoolVar(&f.wait, "wait", true, "wait until the cluster is ready and write its kubeconfig")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	fl.StringVar(&f.output, "output-kubeconfig", "", "where to write the kubeconfig (default NAME-kubeconfig.yaml)")
+	fl.StringVar(&f.restoreFrom, "restore-from", "", "snapshot file (k3kcli cluster snapshot) whose objects the new cluster starts with; see docs/backup.md")
 	return cmd
 }
 
@@ -91,10 +93,26 @@ func runCreate(ctx context.Context, o Options, g *globalFlags, f *createFlags, c
 	if err != nil {
 		return err
 	}
+	var restore *pendingRestore
+	if f.restoreFrom != "" {
+		if restore, err = openRestore(ctx, s, f.restoreFrom, c); err != nil {
+			return err
+		}
+		defer restore.cleanup()
+	}
 	if err := s.client.Create(ctx, c); err != nil {
 		return apiErr(err, fmt.Sprintf("creating cluster %s/%s", c.Namespace, c.Name))
 	}
 	fmt.Fprintf(o.Out, "cluster %s/%s created\n", c.Namespace, c.Name)
+	if restore != nil {
+		rc, err := g.restConfig()
+		if err != nil {
+			return err
+		}
+		if err := restore.run(ctx, o, s, rc, c, f.timeout); err != nil {
+			return err
+		}
+	}
 	if !f.wait {
 		fmt.Fprintf(o.Out, "follow it with: k3kcli cluster list -n %s\nthen fetch its kubeconfig with: k3kcli kubeconfig get %s -n %s\n", c.Namespace, c.Name, c.Namespace)
 		return nil

@@ -150,9 +150,8 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if hasData {
-		o.token = tokenState{false, ReasonTokenAwaitingRestore, fmt.Sprintf(
-			"Secret %s is missing or empty but the server already holds data; the server pod's publisher restores it from the server's own copy (k3k never generates a replacement token for existing data)", name)}
+	if hasData || restorePending(c) {
+		o.token = tokenState{false, ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(c, name)}
 		if !exists {
 			// An empty placeholder, so the publisher needs only update rights.
 			if err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, ""), func(_, _ *corev1.Secret) {}); err != nil {
@@ -262,7 +261,9 @@ func copyServiceSpec(live, d *corev1.Service) {
 
 // reconcileServers writes the k3s configuration and the server StatefulSet. A
 // first StatefulSet waits for the token, so k3s never starts without one and
-// invents its own, and with etcd also for the member certificate.
+// invents its own, or for servers with data whose token they restore
+// themselves (serversMayStart, retained.go), and with etcd also for the
+// member certificate.
 func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
 	sts := &appsv1.StatefulSet{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
@@ -271,7 +272,7 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 	}
 	exists := err == nil
 	etcdMode := o.settings.Datastore == v1beta1.EtcdDatastore
-	if !exists && (!o.token.ready || (etcdMode && o.etcd.tls == nil)) {
+	if !exists && (!serversMayStart(o) || (etcdMode && o.etcd.tls == nil)) {
 		return ctrl.Result{}, nil
 	}
 	if o.external.hold {
@@ -302,6 +303,9 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 		live.Spec.UpdateStrategy = d.Spec.UpdateStrategy
 		live.Spec.PersistentVolumeClaimRetentionPolicy = d.Spec.PersistentVolumeClaimRetentionPolicy
 	})
+	if err == nil && !exists && awaitingTokenRestore(o) {
+		r.recordTokenRestoreStart(c)
+	}
 	return ctrl.Result{}, err
 }
 

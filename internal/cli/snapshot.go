@@ -1,0 +1,354 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/snapshot"
+)
+
+// The snapshot travels as kubectl exec's output does: k3kcli asks the host
+// API server, with the user's own credentials, to exec `datastore snapshot`
+// in the server pod's datastore sidecar (pods/exec), and reads its stdout. So
+// whoever may take a snapshot is whoever may exec into the server pods and
+// read the token Secret, and no port is opened for it.
+
+type snapshotFlags struct {
+	output  string
+	timeout time.Duration
+}
+
+func newSnapshotCommand(o Options, g *globalFlags) *cobra.Command {
+	f := &snapshotFlags{}
+	cmd := &cobra.Command{
+		Use:   "snapshot NAME -o FILE",
+		Short: "Write a consistent snapshot of a virtual cluster's datastore to a file",
+		Long: `Take a consistent snapshot of a running virtual cluster's datastore and write it,
+with the cluster token, to FILE (mode 0600): SQLite through VACUUM INTO, etcd
+through its maintenance snapshot, while the cluster keeps serving.
+
+The snapshot is taken inside the server pod's datastore sidecar through the host
+API's pods/exec, as kubectl exec would, with your own rights: you need create on
+pods/exec and get on the cluster's token Secret in its namespace.
+
+FILE holds every secret of the virtual cluster (its token, and the CA keys that
+the token decrypts): keep it like the cluster's admin kubeconfig. See docs/backup.md.`,
+		Example: `  k3kcli cluster snapshot dev -o dev.snapshot
+  k3kcli cluster snapshot ha -n tenants -o /backups/ha-$(date +%F).snapshot`,
+		Args: oneName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.output == "" {
+				return usageErr("e.g. -o "+args[0]+".snapshot", "-o FILE is required")
+			}
+			if f.timeout <= 0 {
+				return usageErr("e.g. --timeout 10m", "--timeout must be positive, got %s", f.timeout)
+			}
+			s, err := g.connect()
+			if err != nil {
+				return err
+			}
+			rc, err := g.restConfig()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			return runSnapshot(ctx, o, s, rc, f, args[0])
+		},
+	}
+	cmd.Flags().StringVarP(&f.output, "output", "o", "", "file to write the snapshot to; it must not exist (required)")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Minute, "how long the snapshot may take")
+	return cmd
+}
+
+// restConfig is the host cluster's client configuration, loaded as connect
+// loads it.
+func (g *globalFlags) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, configErr(err)
+	}
+	return cfg, nil
+}
+
+func runSnapshot(ctx context.Context, o Options, s *session, rc *rest.Config, f *snapshotFlags, name string) error {
+	if _, err := os.Lstat(f.output); err == nil {
+		return usageErr("choose another file, or remove it first", "%s exists already", f.output)
+	}
+	key := types.NamespacedName{Namespace: s.namespace, Name: name}
+	c := &v1beta1.Cluster{}
+	if err := s.client.Get(ctx, key, c); err != nil {
+		return apiErr(err, fmt.Sprintf("getting cluster %s/%s", key.Namespace, key.Name))
+	}
+	ds := datastoreInEffect(c)
+	if ds == "" {
+		return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s: its datastore type is not known yet (status.datastore.type is empty)", key.Namespace, key.Name),
+			Hint: "the k3k controller records it on its first reconcile; check that it runs"}
+	}
+	if ds != v1beta1.SQLiteDatastore && ds != v1beta1.EtcdDatastore {
+		return usageErr("snapshot an external datastore with its own tools", "cluster %s/%s: k3kcli snapshots the sqlite and etcd datastores, this cluster's is %q", key.Namespace, key.Name, ds)
+	}
+	pods := &corev1.PodList{}
+	if err := s.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{cluster.LabelCluster: c.Name, cluster.LabelComponent: cluster.ComponentServer}); err != nil {
+		return apiErr(err, "listing the server pods of cluster "+key.String())
+	}
+	pod := snapshotSource(pods.Items)
+	if pod == nil {
+		return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s has no running server pod whose datastore is ready", key.Namespace, key.Name),
+			Hint: "a snapshot is taken from a running server; see k3kcli cluster list"}
+	}
+	token, err := clusterToken(ctx, s, c)
+	if err != nil {
+		return err
+	}
+
+	// Both files are made beside the output, so the final link stays on
+	// one file system, and both are 0600: the data is as secret as the token.
+	dataFile, err := os.OpenFile(f.output+".data.partial", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating the snapshot's temporary file: %w", err)
+	}
+	defer os.Remove(dataFile.Name())
+	defer dataFile.Close()
+
+	start := o.Now()
+	m, err := streamSnapshot(ctx, rc, c, pod, ds, dataFile)
+	if err != nil {
+		return err
+	}
+	if ds == v1beta1.EtcdDatastore {
+		info, err := snapshot.InspectEtcd(dataFile.Name())
+		if err != nil {
+			return fmt.Errorf("the etcd snapshot received from %s is not usable: %w", pod.Name, err)
+		}
+		m.Revision, m.CompactRevision = info.Revision, info.CompactRevision
+	}
+	m.Cluster = snapshot.ClusterRef{Namespace: c.Namespace, Name: c.Name}
+	m.Source = pod.Name
+	m.K3sVersion = k3sVersionOf(pod)
+	if _, err := dataFile.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := writeSnapshotFile(f.output, m, token, dataFile); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "snapshot of cluster %s/%s (%s, revision %d, %d bytes, from %s) written to %s after %s\n",
+		c.Namespace, c.Name, ds, m.Revision, m.Size, pod.Name, f.output, o.Now().Sub(start).Round(time.Millisecond))
+	fmt.Fprintf(o.Out, "it holds the cluster token and, through it, the cluster's CA keys: keep it as secret as the admin kubeconfig\n")
+	return nil
+}
+
+// datastoreInEffect is the datastore type the controller resolved, else the
+// one asked for.
+func datastoreInEffect(c *v1beta1.Cluster) v1beta1.DatastoreType {
+	if c.Status.Datastore != nil && c.Status.Datastore.Type != "" {
+		return c.Status.Datastore.Type
+	}
+	return c.Spec.Datastore.Type
+}
+
+// snapshotSource picks the server pod to take the snapshot in: a running pod
+// whose datastore sidecar is ready, the lowest ordinal first (with etcd any
+// voting member holds the cluster's committed state).
+func snapshotSource(pods []corev1.Pod) *corev1.Pod {
+	var ready []*corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, cs := range p.Status.InitContainerStatuses {
+			if cs.Name == "datastore" && cs.Ready {
+				ready = append(ready, p)
+			}
+		}
+	}
+	sort.Slice(ready, func(i, j int) bool { return ordinal(ready[i].Name) < ordinal(ready[j].Name) })
+	if len(ready) == 0 {
+		return nil
+	}
+	return ready[0]
+}
+
+func ordinal(pod string) int {
+	i := strings.LastIndex(pod, "-")
+	n, err := strconv.Atoi(pod[i+1:])
+	if err != nil {
+		return 1 << 30
+	}
+	return n
+}
+
+// k3sVersionOf is the tag of the image the pod's k3s container runs.
+func k3sVersionOf(p *corev1.Pod) string {
+	for _, ctr := range p.Spec.Containers {
+		if ctr.Name == "k3s" {
+			if i := strings.LastIndex(ctr.Image, ":"); i >= 0 && !strings.Contains(ctr.Image[i:], "/") {
+				return ctr.Image[i+1:]
+			}
+		}
+	}
+	return ""
+}
+
+// clusterToken reads the cluster token, which a restore needs: k3s encrypts
+// its bootstrap data with it.
+func clusterToken(ctx context.Context, s *session, c *v1beta1.Cluster) ([]byte, error) {
+	name := cluster.NamesFor(c).Token
+	secret := &corev1.Secret{}
+	if err := s.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, secret); err != nil {
+		return nil, apiErr(err, fmt.Sprintf("reading the cluster token (Secret %s/%s), without which a snapshot cannot be restored", c.Namespace, name))
+	}
+	token := secret.Data[cluster.SecretKeyToken]
+	if len(token) == 0 {
+		return nil, &Error{Code: ExitError, Msg: fmt.Sprintf("Secret %s/%s holds no token yet", c.Namespace, name),
+			Hint: "wait until the cluster's TokenReady condition is True"}
+	}
+	return token, nil
+}
+
+// SidecarSnapshotCommand is what runs in the datastore sidecar of pod.
+func SidecarSnapshotCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod string) []string {
+	if ds == v1beta1.EtcdDatastore {
+		// The member's own client port, checked against its DNS name.
+		port := strconv.Itoa(cluster.DatastoreClientPort)
+		return []string{"/usr/local/bin/datastore", "snapshot", "etcd",
+			"--endpoint=https://" + cluster.ServerPodHost(c, pod) + ":" + port,
+			"--dial-address=127.0.0.1:" + port,
+			"--ca-file=" + cluster.EtcdCAPath, "--cert-file=" + cluster.EtcdCertPath, "--key-file=" + cluster.EtcdKeyPath}
+	}
+	// The pod directory is the sidecar's emptyDir: the copy never takes room
+	// on the data volume, which may be nearly full.
+	return []string{"/usr/local/bin/datastore", "snapshot", "sqlite",
+		"--data-dir=" + cluster.DatastoreDataDir, "--tmp-dir=" + cluster.DatastorePodDir}
+}
+
+// streamSnapshot execs the sidecar's snapshot command and writes the data it
+// streams to data; it returns the manifest once the data matched it.
+func streamSnapshot(ctx context.Context, rc *rest.Config, c *v1beta1.Cluster, pod *corev1.Pod, ds v1beta1.DatastoreType, data io.Writer) (snapshot.Manifest, error) {
+	exec, err := sidecarExecutor(rc, pod, SidecarSnapshotCommand(c, ds, pod.Name), false)
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	execErr := make(chan error, 1)
+	go func() {
+		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: pw, Stderr: &limitedBuffer{b: &stderr, max: 16 << 10}})
+		// nil closes with io.EOF, the end of a stream that was all sent.
+		pw.CloseWithError(err)
+		execErr <- err
+	}()
+	m, readErr := snapshot.ReadStream(pr, data)
+	// Drain, so the exec ends even when the stream was refused early.
+	_, _ = io.Copy(io.Discard, pr)
+	err = <-execErr
+	if err != nil {
+		return snapshot.Manifest{}, &Error{Code: ExitError,
+			Msg:  fmt.Sprintf("taking the snapshot in pod %s/%s: %v; the sidecar said: %s", pod.Namespace, pod.Name, err, lastLines(stderr.String(), 3)),
+			Hint: "you need create on pods/exec in the cluster's namespace", Err: err}
+	}
+	if readErr != nil {
+		return snapshot.Manifest{}, fmt.Errorf("receiving the snapshot from pod %s/%s: %w", pod.Namespace, pod.Name, readErr)
+	}
+	return m, nil
+}
+
+// writeSnapshotFile writes the snapshot file at path through a temporary
+// file, made durable before it takes the final name: path exists only
+// complete.
+func writeSnapshotFile(path string, m snapshot.Manifest, token []byte, data io.Reader) error {
+	tmp, err := os.OpenFile(path+".partial", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating the snapshot file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := snapshot.WriteArchive(tmp, m, token, data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing the snapshot file: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing the snapshot file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing the snapshot file: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		// Link, not rename: a file made at path meanwhile is never replaced.
+		return fmt.Errorf("naming the snapshot file %s: %w", path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// sidecarExecutor runs command in pod's datastore sidecar as kubectl exec
+// does: WebSockets, and SPDY from API servers that lack them.
+func sidecarExecutor(rc *rest.Config, pod *corev1.Pod, command []string, stdin bool) (remotecommand.Executor, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	req := cs.CoreV1().RESTClient().Post().Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "datastore", Command: command, Stdin: stdin, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(rc, http.MethodGet, req.URL().String())
+	if err != nil {
+		return nil, err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(rc, http.MethodPost, req.URL())
+	if err != nil {
+		return nil, err
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+}
