@@ -33,6 +33,7 @@ type createFlags struct {
 	wait            bool
 	timeout         time.Duration
 	output          string
+	mergeFlags
 }
 
 // versionPattern is the CRD's rule for spec.version, checked here so the user
@@ -73,12 +74,19 @@ its kubeconfig, with the server address rewritten to how the cluster is exposed,
 	fl.BoolVar(&f.wait, "wait", true, "wait until the cluster is ready and write its kubeconfig")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	fl.StringVar(&f.output, "output-kubeconfig", "", "where to write the kubeconfig (default NAME-kubeconfig.yaml)")
+	f.add(cmd)
 	return cmd
 }
 
 func runCreate(ctx context.Context, o Options, g *globalFlags, f *createFlags, cmd *cobra.Command, name string) error {
 	if f.timeout <= 0 {
 		return usageErr("e.g. --timeout 10m", "--timeout must be positive, got %s", f.timeout)
+	}
+	if f.output != "" && f.wanted() {
+		return usageErr("choose one", "--output-kubeconfig and --merge both say where the kubeconfig goes")
+	}
+	if f.wanted() && !f.wait {
+		return usageErr("drop --wait=false, or merge later with k3kcli kubeconfig get NAME --merge", "--merge needs --wait: the kubeconfig exists once the cluster is ready")
 	}
 	if !cmd.Flags().Changed("servers") {
 		f.servers = 0 // let the CRD default apply
@@ -103,6 +111,10 @@ func runCreate(ctx context.Context, o Options, g *globalFlags, f *createFlags, c
 	ready, err := waitReady(ctx, o, s, c, f.timeout)
 	if err != nil {
 		return err
+	}
+	if f.wanted() {
+		fmt.Fprintf(o.Out, "cluster %s/%s is ready after %s\n", c.Namespace, c.Name, o.Now().Sub(start).Round(time.Second))
+		return handOut(o, s.paths, &f.mergeFlags, "", ready)
 	}
 	path := f.output
 	if path == "" {

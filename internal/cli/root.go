@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,6 +54,12 @@ type session struct {
 	// hostServer is the host API server URL of the kubeconfig; a NodePort
 	// cluster is reached on the same host.
 	hostServer string
+	// restConfig is the host connection, for requests the client above does
+	// not make (port-forwarding).
+	restConfig *rest.Config
+	// paths are the kubeconfig files the host connection was loaded from,
+	// where --merge adds contexts and delete removes them.
+	paths *clientcmd.PathOptions
 }
 
 // connect loads the kubeconfig the way kubectl does (--kubeconfig, then
@@ -83,7 +90,7 @@ func (g *globalFlags) connect() (*session, error) {
 	if err != nil {
 		return nil, apiErr(err, "connecting to the host cluster")
 	}
-	return &session{client: c, namespace: ns, hostServer: cfg.Host}, nil
+	return &session{client: c, namespace: ns, hostServer: cfg.Host, restConfig: cfg, paths: g.pathOptions()}, nil
 }
 
 // NewRootCommand is k3kcli with every subcommand.
@@ -122,6 +129,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g), newRecoverCommand(o, g))
+	cluster.AddCommand(newConnectCommand(o, g))
 	kubeconfig := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Fetch a virtual cluster's kubeconfig",

@@ -368,6 +368,9 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		return fmt.Errorf("listing server pods: %w", err)
 	}
 	o.serverPods = pods.Items
+	if err := r.observeClaims(ctx, c, o); err != nil {
+		return err
+	}
 	kc := &corev1.Secret{}
 	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -397,10 +400,12 @@ func (r *Reconciler) updateStatus(ctx context.Context, c *v1beta1.Cluster, o *ob
 	if equality.Semantic.DeepEqual(c.Status, st) {
 		return nil
 	}
+	before := c.Status
 	c.Status = st
 	if err := r.Client.Status().Update(ctx, c); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
+	r.recordTransitions(c, before, st, o)
 	return nil
 }
 

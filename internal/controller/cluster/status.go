@@ -67,6 +67,9 @@ type observation struct {
 	agentWanted bool
 	// external is what was observed of the external datastore's Secret.
 	external externalState
+	// claims are the server volume claims by name, read only while a server
+	// pod is not ready (they explain why).
+	claims map[string]claimFacts
 }
 
 // computeStatus derives the Cluster's status from what was observed. It starts
@@ -188,6 +191,9 @@ func serversCondition(o observation) condResult {
 	}
 	if !current {
 		msg += ", rollout in progress"
+	}
+	if b := firstBlocker(o.serverPods, o.claims); b != nil {
+		return condResult{false, b.reason, msg + "; " + b.message}
 	}
 	return condResult{false, ReasonServersStarting, msg}
 }
