@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -75,9 +74,9 @@ by default a free port is picked.`,
 }
 
 func runConnect(ctx context.Context, o Options, s *session, f *connectFlags, name string) error {
-	c := &v1beta1.Cluster{}
-	if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: name}, c); err != nil {
-		return apiErr(err, fmt.Sprintf("getting cluster %s/%s", s.namespace, name))
+	c, err := s.getCluster(ctx, name)
+	if err != nil {
+		return err
 	}
 	pod, err := readyServerPod(ctx, s, c)
 	if err != nil {

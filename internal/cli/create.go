@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -33,6 +34,7 @@ type createFlags struct {
 	wait            bool
 	timeout         time.Duration
 	output          string
+	createNamespace bool
 	mergeFlags
 }
 
@@ -74,6 +76,7 @@ its kubeconfig, with the server address rewritten to how the cluster is exposed,
 	fl.BoolVar(&f.wait, "wait", true, "wait until the cluster is ready and write its kubeconfig")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	fl.StringVar(&f.output, "output-kubeconfig", "", "where to write the kubeconfig (default NAME-kubeconfig.yaml)")
+	fl.BoolVar(&f.createNamespace, "create-namespace", false, "create the namespace (-n) if it does not exist")
 	f.add(cmd)
 	return cmd
 }
@@ -99,7 +102,17 @@ func runCreate(ctx context.Context, o Options, g *globalFlags, f *createFlags, c
 	if err != nil {
 		return err
 	}
+	if f.createNamespace {
+		if err := s.ensureNamespace(ctx, o); err != nil {
+			return err
+		}
+	}
 	if err := s.client.Create(ctx, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			if missing, _ := s.namespaceMissing(ctx); missing {
+				return missingNamespaceErr(c)
+			}
+		}
 		return apiErr(err, fmt.Sprintf("creating cluster %s/%s", c.Namespace, c.Name))
 	}
 	fmt.Fprintf(o.Out, "cluster %s/%s created\n", c.Namespace, c.Name)

@@ -78,9 +78,9 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := &v1beta1.Cluster{}
-			if err := s.client.Get(cmd.Context(), types.NamespacedName{Namespace: s.namespace, Name: args[0]}, c); err != nil {
-				return apiErr(err, fmt.Sprintf("getting cluster %s/%s", s.namespace, args[0]))
+			c, err := s.getCluster(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
 			rc, err := fetchKubeconfig(cmd.Context(), s, c, f.server)
 			if errors.Is(err, errNotYet) {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -44,6 +45,9 @@ type globalFlags struct {
 	kubeconfig string
 	context    string
 	namespace  string
+	debug      bool
+	// debugOut is where --debug logs; set by NewRootCommand.
+	debugOut io.Writer
 }
 
 // session is a connection to the host cluster.
@@ -73,6 +77,10 @@ func (g *globalFlags) connect() (*session, error) {
 	if err != nil {
 		return nil, configErr(err)
 	}
+	if g.debug {
+		withDebug(cfg, g.debugOut)
+		fmt.Fprintf(g.debugOut, "debug: host API server %s, namespace %q (empty: the context's)\n", cfg.Host, g.namespace)
+	}
 	ns := g.namespace
 	if ns == "" {
 		if ns, _, err = cc.Namespace(); err != nil {
@@ -95,7 +103,7 @@ func (g *globalFlags) connect() (*session, error) {
 
 // NewRootCommand is k3kcli with every subcommand.
 func NewRootCommand(o Options) *cobra.Command {
-	g := &globalFlags{}
+	g := &globalFlags{debugOut: o.Err}
 	root := &cobra.Command{
 		Use:   "k3kcli",
 		Short: "Create and manage k3k virtual clusters",
@@ -121,6 +129,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 	pf.StringVar(&g.kubeconfig, "kubeconfig", "", "path to the host cluster's kubeconfig")
 	pf.StringVar(&g.context, "context", "", "kubeconfig context to use")
 	pf.StringVarP(&g.namespace, "namespace", "n", "", "namespace of the virtual cluster (default: the context's, else default)")
+	pf.BoolVar(&g.debug, "debug", false, "log every request to the host API server (method, URL, status, time; no credentials) on stderr")
 
 	cluster := &cobra.Command{
 		Use:   "cluster",
@@ -129,7 +138,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g), newRecoverCommand(o, g))
-	cluster.AddCommand(newConnectCommand(o, g))
+	cluster.AddCommand(newConnectCommand(o, g), newUpdateCommand(o, g))
 	kubeconfig := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Fetch a virtual cluster's kubeconfig",
@@ -137,7 +146,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	kubeconfig.AddCommand(newKubeconfigGetCommand(o, g))
-	root.AddCommand(cluster, kubeconfig)
+	root.AddCommand(cluster, kubeconfig, newVersionCommand(o, g))
 	return root
 }
 
