@@ -64,9 +64,13 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=k3kc
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
-// +kubebuilder:printcolumn:name="Servers",type=integer,JSONPath=`.spec.servers`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyServers`,description="Server pods that are ready"
+// +kubebuilder:printcolumn:name="Servers",type=integer,JSONPath=`.spec.servers`,description="Server pods asked for"
 // +kubebuilder:printcolumn:name="Datastore",type=string,JSONPath=`.status.datastore.type`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`,priority=1,description="k3s version asked for; empty: the controller's default"
+// +kubebuilder:printcolumn:name="Persistence",type=string,JSONPath=`.status.persistenceType`,priority=1
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 41",message="metadata.name may be at most 41 characters: it prefixes the host objects' names, and the StatefulSet's revision label must stay within 63"
 type Cluster struct {
@@ -484,9 +488,10 @@ type ClusterStatus struct {
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 
-	// ReadyServers is the number of server pods that are ready.
+	// ReadyServers is the number of server pods that are ready. Written also
+	// when 0, so the Ready printer column shows 0 rather than nothing.
 	// +optional
-	ReadyServers int32 `json:"readyServers,omitempty"`
+	ReadyServers int32 `json:"readyServers"`
 
 	// PersistenceType is the persistence in effect (spec or controller default).
 	// +optional

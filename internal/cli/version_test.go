@@ -49,7 +49,7 @@ func TestDebugLogsRequestsWithoutCredentials(t *testing.T) {
 	if r.code != ExitOK {
 		t.Fatalf("exit %d: %s", r.code, r.errOut)
 	}
-	want := "debug: GET " + apiServerURL + "/apis/k3k.io/v1beta1/namespaces/" + ns + "/clusters"
+	want := "debug: GET " + strings.TrimSuffix(apiServerURL, "/") + "/apis/k3k.io/v1beta1/namespaces/" + ns + "/clusters"
 	if !strings.Contains(r.errOut, want) || !strings.Contains(r.errOut, " 200 (") {
 		t.Errorf("stderr does not log the list request %q with its status:\n%s", want, r.errOut)
 	}
