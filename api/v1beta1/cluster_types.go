@@ -112,6 +112,15 @@ type ClusterSpec struct {
 	// +optional
 	Servers int32 `json:"servers,omitempty"`
 
+	// Paused stops the cluster while keeping its data: the server StatefulSet
+	// and the agent are scaled to zero, volumes, Secrets and Services stay, and
+	// the phase becomes Paused. Setting it back to false starts the same
+	// servers on the same volumes. Honoured for sqlite and external datastores
+	// with dynamic persistence; with etcd or ephemeral persistence the
+	// controller keeps the cluster running and says why in the Paused condition.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
 	// Version is the k3s image tag the servers run, e.g. v1.34.3-k3s1. Empty means
 	// the controller's default.
 	// +kubebuilder:validation:MaxLength=128
@@ -451,7 +460,7 @@ type NodePortConfig struct {
 }
 
 // ClusterPhase summarizes the conditions for people and the CLI.
-// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Failed;Terminating
+// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Paused;Failed;Terminating
 type ClusterPhase string
 
 const (
@@ -461,6 +470,9 @@ const (
 	PhaseProvisioning ClusterPhase = "Provisioning"
 	// PhaseReady: servers ready and kubeconfig published.
 	PhaseReady ClusterPhase = "Ready"
+	// PhasePaused: spec.paused is honoured; servers and agent are scaled to
+	// zero (the Paused condition says when the last pod is gone), data kept.
+	PhasePaused ClusterPhase = "Paused"
 	// PhaseFailed: the spec cannot be realised; a condition says why.
 	PhaseFailed ClusterPhase = "Failed"
 	// PhaseTerminating: the Cluster is being deleted.

@@ -148,6 +148,7 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	default:
 		st.Phase = v1beta1.PhaseProvisioning
 	}
+	pausedStatus(c, o, &st, set)
 	return st
 }
 
