@@ -13,11 +13,11 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -273,18 +273,18 @@ func (fw *forwarder) start(ctx context.Context, namespace, pod string, localPort
 	if err != nil {
 		return nil, err
 	}
-	var dialer httpstream.Dialer = spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
-	ws, err := portforward.NewSPDYOverWebsocketDialer(u, fw.s.restConfig)
+	spdyDialer := spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	ws, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, fw.s.restConfig)
 	if err != nil {
 		return nil, err
 	}
-	dialer = portforward.NewFallbackDialer(ws, dialer, func(err error) bool {
+	dialer := portforward.NewFallbackDialerForStreaming(ws, spdyDialer, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
 	fctx, cancel := context.WithCancel(ctx)
 	ready := make(chan struct{})
 	ports := []string{fmt.Sprintf("%d:%d", localPort, cluster.APIPort)}
-	pf, err := portforward.NewOnAddressesWithContext(fctx, dialer, []string{connectAddress}, ports, ready, io.Discard, io.Discard)
+	pf, err := portforward.NewOnAddressesForStreamingWithContext(fctx, dialer, []string{connectAddress}, ports, ready, io.Discard, io.Discard)
 	if err != nil {
 		cancel()
 		return nil, err

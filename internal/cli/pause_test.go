@@ -19,7 +19,9 @@ func TestPauseAndResumeSetTheFieldAndWaitForTheController(t *testing.T) {
 	}
 	progress := &syncBuffer{}
 	done := make(chan result, 1)
-	go func() { done <- k3kcliTo(t, time.Now, progress, "cluster", "pause", "nap", "-n", ns, "--timeout", "2m") }()
+	go func() {
+		done <- k3kcliTo(t, time.Now, progress, "cluster", "pause", "nap", "-n", ns, "--timeout", "2m")
+	}()
 	var c *v1beta1.Cluster
 	eventually(t, "the CLI to set spec.paused", func() error {
 		if c = getCluster(t, ns, "nap"); !c.Spec.Paused {

@@ -242,7 +242,10 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 	}
 	unschedulable := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 		Message: "0/1 nodes are available: 1 Insufficient cpu."}
-	setPod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending; p.Status.Conditions = []corev1.PodCondition{unschedulable} })
+	setPod(func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{unschedulable}
+	})
 
 	steps := []struct {
 		name   string
