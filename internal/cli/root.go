@@ -107,8 +107,9 @@ func NewRootCommand(o Options) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "k3kcli",
 		Short: "Create and manage k3k virtual clusters",
-		Long: `k3kcli creates, lists and deletes k3k virtual clusters (k3s servers running
-in pods of a host cluster) and fetches their kubeconfigs.
+		Long: `k3kcli creates, lists, changes, pauses and deletes k3k virtual clusters (k3s
+servers running in pods of a host cluster), connects to them and fetches their
+kubeconfigs.
 
 It talks to the host cluster like kubectl: --kubeconfig, then $KUBECONFIG, then
 ~/.kube/config; -n picks the namespace.
@@ -133,7 +134,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 
 	cluster := &cobra.Command{
 		Use:   "cluster",
-		Short: "Create, list and delete virtual clusters",
+		Short: "Create, list, connect to, update, pause and delete virtual clusters",
 		Args:  noArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -147,6 +148,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 	}
 	kubeconfig.AddCommand(newKubeconfigGetCommand(o, g))
 	root.AddCommand(cluster, kubeconfig, newVersionCommand(o, g))
+	addCompletions(root, g)
 	return root
 }
 
