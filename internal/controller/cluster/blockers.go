@@ -92,6 +92,11 @@ func podBlocker(p *corev1.Pod, claims map[string]claimFacts) *blocker {
 		if !ok || f.claim.Status.Phase != corev1.ClaimPending {
 			continue
 		}
+		if f.event != nil && f.event.Type == corev1.EventTypeNormal && f.event.Reason == "WaitForFirstConsumer" {
+			// Bound once the pod is scheduled: every create passes through
+			// this; a pod that cannot be scheduled says so below.
+			continue
+		}
 		msg := fmt.Sprintf("pod %s: PersistentVolumeClaim %s is Pending", p.Name, f.claim.Name)
 		warning := true
 		if f.event != nil {

@@ -50,6 +50,7 @@ func TestFirstBlockerNamesTheCause(t *testing.T) {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	}
 	provisioningFailed := &corev1.Event{Type: corev1.EventTypeWarning, Reason: "ProvisioningFailed", Message: `storageclass.storage.k8s.io "missing" not found`}
+	externalProvisioning := &corev1.Event{Type: corev1.EventTypeNormal, Reason: "ExternalProvisioning", Message: "waiting for a volume to be created by the external provisioner"}
 	waitingForConsumer := &corev1.Event{Type: corev1.EventTypeNormal, Reason: "WaitForFirstConsumer", Message: "waiting for first consumer to be created before binding"}
 
 	cases := []struct {
@@ -73,9 +74,19 @@ func TestFirstBlockerNamesTheCause(t *testing.T) {
 	}, {
 		name:       "a pending claim whose latest event is normal is reported but is no warning",
 		pods:       []corev1.Pod{pod("s-0", nil)},
-		claims:     map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimPending, waitingForConsumer)},
+		claims:     map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimPending, externalProvisioning)},
 		wantReason: ReasonServerVolumePending, wantWarning: false,
-		wantMessage: "pod s-0: PersistentVolumeClaim data-s-0 is Pending (WaitForFirstConsumer: waiting for first consumer to be created before binding)",
+		wantMessage: "pod s-0: PersistentVolumeClaim data-s-0 is Pending (ExternalProvisioning: waiting for a volume to be created by the external provisioner)",
+	}, {
+		name:   "a claim waiting for its pod to be scheduled is not a blocker: every create passes through it",
+		pods:   []corev1.Pod{pod("s-0", nil)},
+		claims: map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimPending, waitingForConsumer)},
+	}, {
+		name:       "a claim waiting for a pod that cannot be scheduled gives the scheduler's reason",
+		pods:       []corev1.Pod{pod("s-0", unschedulable)},
+		claims:     map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimPending, waitingForConsumer)},
+		wantReason: ReasonServerUnschedulable, wantWarning: true,
+		wantMessage: "pod s-0 is Unschedulable: 0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available",
 	}, {
 		name:       "an unschedulable pod carries the scheduler's reason on one line",
 		pods:       []corev1.Pod{pod("s-0", unschedulable)},
