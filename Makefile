@@ -47,6 +47,8 @@ build: ## Build static binaries of every command into _output/bin.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds) and the chart's agent guard policy.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/k3k/crds
+	@# The chart renders the CRDs from files/crds (templates/crds.yaml), so helm upgrade updates them.
+	rm -f charts/k3k/files/crds/*.yaml && mkdir -p charts/k3k/files/crds && cp charts/k3k/crds/*.yaml charts/k3k/files/crds/
 	$(GO) run ./hack/agentguard
 
 .PHONY: verify

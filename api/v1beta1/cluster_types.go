@@ -64,9 +64,13 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=k3kc
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
-// +kubebuilder:printcolumn:name="Servers",type=integer,JSONPath=`.spec.servers`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyServers`,description="Server pods that are ready"
+// +kubebuilder:printcolumn:name="Servers",type=integer,JSONPath=`.spec.servers`,description="Server pods asked for"
 // +kubebuilder:printcolumn:name="Datastore",type=string,JSONPath=`.status.datastore.type`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`,priority=1,description="k3s version asked for; empty: the controller's default"
+// +kubebuilder:printcolumn:name="Persistence",type=string,JSONPath=`.status.persistenceType`,priority=1
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 41",message="metadata.name may be at most 41 characters: it prefixes the host objects' names, and the StatefulSet's revision label must stay within 63"
 type Cluster struct {
@@ -107,6 +111,15 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:Maximum=7
 	// +optional
 	Servers int32 `json:"servers,omitempty"`
+
+	// Paused stops the cluster while keeping its data: the server StatefulSet
+	// and the agent are scaled to zero, volumes, Secrets and Services stay, and
+	// the phase becomes Paused. Setting it back to false starts the same
+	// servers on the same volumes. Honoured for sqlite and external datastores
+	// with dynamic persistence; with etcd or ephemeral persistence the
+	// controller keeps the cluster running and says why in the Paused condition.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
 
 	// Version is the k3s image tag the servers run, e.g. v1.34.3-k3s1. Empty means
 	// the controller's default.
@@ -488,7 +501,7 @@ type NodePortConfig struct {
 }
 
 // ClusterPhase summarizes the conditions for people and the CLI.
-// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Failed;Terminating
+// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Paused;Failed;Terminating
 type ClusterPhase string
 
 const (
@@ -498,6 +511,9 @@ const (
 	PhaseProvisioning ClusterPhase = "Provisioning"
 	// PhaseReady: servers ready and kubeconfig published.
 	PhaseReady ClusterPhase = "Ready"
+	// PhasePaused: spec.paused is honoured; servers and agent are scaled to
+	// zero (the Paused condition says when the last pod is gone), data kept.
+	PhasePaused ClusterPhase = "Paused"
 	// PhaseFailed: the spec cannot be realised; a condition says why.
 	PhaseFailed ClusterPhase = "Failed"
 	// PhaseTerminating: the Cluster is being deleted.
@@ -525,9 +541,10 @@ type ClusterStatus struct {
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 
-	// ReadyServers is the number of server pods that are ready.
+	// ReadyServers is the number of server pods that are ready. Written also
+	// when 0, so the Ready printer column shows 0 rather than nothing.
 	// +optional
-	ReadyServers int32 `json:"readyServers,omitempty"`
+	ReadyServers int32 `json:"readyServers"`
 
 	// PersistenceType is the persistence in effect (spec or controller default).
 	// +optional

@@ -37,20 +37,38 @@ func TestChartCRDsAreTheGeneratedOnes(t *testing.T) {
 		}
 	}
 
-	// helm installs crds/ as they are; check that the rendered CRDs are those files.
+	// The chart renders its CRDs from files/crds (templates/crds.yaml): those
+	// must be the generated files too, and the rendered CRDs the same objects
+	// plus the keep policy and the chart's labels.
+	chartCopies := dirFiles(t, filepath.Join(chartDir, "files", "crds"))
+	if !slices.Equal(names(chartCopies), names(chart)) {
+		t.Fatalf("charts/k3k/files/crds holds %v, charts/k3k/crds %v: run make generate", names(chartCopies), names(chart))
+	}
 	rendered := render(t, "", "--include-crds")
+	if n := kinds(rendered)["CustomResourceDefinition"]; n != len(chart) {
+		t.Errorf("helm template --include-crds renders %d CRDs, want %d (crds/ must stay out of the chart: .helmignore)", n, len(chart))
+	}
+	if n := kinds(render(t, "", "--include-crds", "--set", "crds.install=false"))["CustomResourceDefinition"]; n != 0 {
+		t.Errorf("crds.install=false still renders %d CRDs", n)
+	}
 	for name, data := range chart {
+		if !bytes.Equal(chartCopies[name], data) {
+			t.Errorf("charts/k3k/files/crds/%s differs from charts/k3k/crds/%s: run make generate", name, name)
+		}
 		want, err := decode(string(data))
 		if err != nil || len(want) != 1 {
 			t.Fatalf("%s: %d objects, %v", name, len(want), err)
 		}
 		got := find(rendered, "CustomResourceDefinition", "", want[0].GetName())
 		if got == nil {
-			t.Errorf("helm template --include-crds does not render %s", want[0].GetName())
+			t.Errorf("helm template does not render %s", want[0].GetName())
 			continue
 		}
-		if !equality.Semantic.DeepEqual(got.Object, want[0].Object) {
-			t.Errorf("the rendered CRD %s differs from charts/k3k/crds/%s", want[0].GetName(), name)
+		if !equality.Semantic.DeepEqual(got.Object["spec"], want[0].Object["spec"]) {
+			t.Errorf("the rendered CRD %s's spec differs from charts/k3k/crds/%s", want[0].GetName(), name)
+		}
+		if got.GetAnnotations()["helm.sh/resource-policy"] != "keep" || got.GetLabels()["app.kubernetes.io/managed-by"] != "Helm" {
+			t.Errorf("the rendered CRD %s lacks the keep policy or the chart's labels: %v %v", got.GetName(), got.GetAnnotations(), got.GetLabels())
 		}
 	}
 }

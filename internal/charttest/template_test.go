@@ -231,8 +231,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 func TestNotesSayWhatWasInstalled(t *testing.T) {
 	// helm template does not render NOTES.txt; a server-side dry-run install
 	// against the test API server does, and exercises helm's install path.
+	// A second release in a cluster whose CRD is there already: crds.install=false.
 	out, stderr, err := helm("install", "notes", chartDir, "--namespace", "notes-test", "--create-namespace", "--dry-run=server",
-		"--kubeconfig", kubeconfigPath, "--values", filepath.Join("testdata", "values", "watch-namespaces.yaml"))
+		"--kubeconfig", kubeconfigPath, "--values", filepath.Join("testdata", "values", "watch-namespaces.yaml"), "--set", "crds.install=false")
 	if err != nil {
 		t.Fatalf("helm install --dry-run=server: %v\n%s", err, stderr)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -34,6 +35,8 @@ type createFlags struct {
 	timeout         time.Duration
 	output          string
 	restoreFrom     string
+	createNamespace bool
+	mergeFlags
 }
 
 // versionPattern is the CRD's rule for spec.version, checked here so the user
@@ -75,12 +78,20 @@ its kubeconfig, with the server address rewritten to how the cluster is exposed,
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	fl.StringVar(&f.output, "output-kubeconfig", "", "where to write the kubeconfig (default NAME-kubeconfig.yaml)")
 	fl.StringVar(&f.restoreFrom, "restore-from", "", "snapshot file (k3kcli cluster snapshot) whose objects the new cluster starts with; see docs/backup.md")
+	fl.BoolVar(&f.createNamespace, "create-namespace", false, "create the namespace (-n) if it does not exist")
+	f.add(cmd)
 	return cmd
 }
 
 func runCreate(ctx context.Context, o Options, g *globalFlags, f *createFlags, cmd *cobra.Command, name string) error {
 	if f.timeout <= 0 {
 		return usageErr("e.g. --timeout 10m", "--timeout must be positive, got %s", f.timeout)
+	}
+	if f.output != "" && f.wanted() {
+		return usageErr("choose one", "--output-kubeconfig and --merge both say where the kubeconfig goes")
+	}
+	if f.wanted() && !f.wait {
+		return usageErr("drop --wait=false, or merge later with k3kcli kubeconfig get NAME --merge", "--merge needs --wait: the kubeconfig exists once the cluster is ready")
 	}
 	if !cmd.Flags().Changed("servers") {
 		f.servers = 0 // let the CRD default apply
@@ -100,7 +111,17 @@ func runCreate(ctx context.Context, o Options, g *globalFlags, f *createFlags, c
 		}
 		defer restore.cleanup()
 	}
+	if f.createNamespace {
+		if err := s.ensureNamespace(ctx, o); err != nil {
+			return err
+		}
+	}
 	if err := s.client.Create(ctx, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			if missing, _ := s.namespaceMissing(ctx); missing {
+				return missingNamespaceErr(c)
+			}
+		}
 		return apiErr(err, fmt.Sprintf("creating cluster %s/%s", c.Namespace, c.Name))
 	}
 	fmt.Fprintf(o.Out, "cluster %s/%s created\n", c.Namespace, c.Name)
@@ -121,6 +142,10 @@ func runCreate(ctx context.Context, o Options, g *globalFlags, f *createFlags, c
 	ready, err := waitReady(ctx, o, s, c, f.timeout)
 	if err != nil {
 		return err
+	}
+	if f.wanted() {
+		fmt.Fprintf(o.Out, "cluster %s/%s is ready after %s\n", c.Namespace, c.Name, o.Now().Sub(start).Round(time.Second))
+		return handOut(o, s.paths, &f.mergeFlags, "", ready)
 	}
 	path := f.output
 	if path == "" {

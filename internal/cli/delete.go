@@ -77,6 +77,7 @@ func runDelete(ctx context.Context, o Options, s *session, f *deleteFlags, name 
 		}
 		return apiErr(err, fmt.Sprintf("deleting cluster %s/%s", key.Namespace, key.Name))
 	}
+	removeContext(o, s, c)
 	switch {
 	case retained && !ephemeral(c):
 		fmt.Fprintf(o.Out, "cluster %s/%s deleted; its volumes are kept: create a cluster named %s in %s to use them again, or delete the PersistentVolumeClaims labelled %s=%s\n",

@@ -48,6 +48,7 @@ type access struct {
 type kubeconfigFlags struct {
 	output string
 	server string
+	mergeFlags
 }
 
 func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
@@ -60,10 +61,14 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 (spec.expose); --server overrides it, e.g. for kubectl port-forward.`,
 		Example: `  k3kcli kubeconfig get dev > dev.yaml
   k3kcli kubeconfig get dev -n tenants --output-kubeconfig ~/.kube/dev.yaml
+  k3kcli kubeconfig get dev -n tenants --merge --switch-context
   kubectl -n tenants port-forward svc/k3k-dev-service 6443:443 &
   k3kcli kubeconfig get dev -n tenants --server https://127.0.0.1:6443`,
 		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.output != "" && f.wanted() {
+				return usageErr("choose one", "--output-kubeconfig and --merge both say where the kubeconfig goes")
+			}
 			if f.server != "" {
 				if u, err := url.Parse(f.server); err != nil || u.Scheme != "https" || u.Host == "" {
 					return usageErr("e.g. --server https://127.0.0.1:6443", "--server %q is not an https URL", f.server)
@@ -73,9 +78,9 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := &v1beta1.Cluster{}
-			if err := s.client.Get(cmd.Context(), types.NamespacedName{Namespace: s.namespace, Name: args[0]}, c); err != nil {
-				return apiErr(err, fmt.Sprintf("getting cluster %s/%s", s.namespace, args[0]))
+			c, err := s.getCluster(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
 			rc, err := fetchKubeconfig(cmd.Context(), s, c, f.server)
 			if errors.Is(err, errNotYet) {
@@ -85,18 +90,14 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.output == "" {
-				_, err := o.Out.Write(rc.kubeconfig)
-				return err
+			if f.output == "" && !f.wanted() && rc.access.note != "" {
+				// stdout is the kubeconfig; the note goes beside it.
+				fmt.Fprintf(o.Err, "note: %s\n", rc.access.note)
 			}
-			abs, err := writeKubeconfig(f.output, rc.kubeconfig)
-			if err != nil {
-				return err
-			}
-			printUsage(o, abs, rc)
-			return nil
+			return handOut(o, s.paths, &f.mergeFlags, f.output, rc)
 		},
 	}
+	f.add(cmd)
 	cmd.Flags().StringVar(&f.output, "output-kubeconfig", "", "write the kubeconfig to this file (mode 0600) instead of printing it")
 	cmd.Flags().StringVar(&f.server, "server", "", "server URL to put in the kubeconfig instead of the one k3kcli works out")
 	return cmd
@@ -154,8 +155,8 @@ func resolveAccess(ctx context.Context, s *session, c *v1beta1.Cluster) (access,
 		endpoint = cluster.Endpoint(c)
 	}
 	return access{server: endpoint, inClusterOnly: true, note: fmt.Sprintf(
-		"the cluster is not exposed, so %s works only inside the host cluster; from here run kubectl -n %s port-forward svc/%s 6443:443 and k3kcli kubeconfig get %s -n %s --server https://127.0.0.1:6443",
-		endpoint, c.Namespace, cluster.NamesFor(c).Service, c.Name, c.Namespace)}, nil
+		"the cluster is not exposed, so %s works only inside the host cluster; from here run k3kcli cluster connect %s -n %s --merge (it forwards a local port through the host API server)",
+		endpoint, c.Name, c.Namespace)}, nil
 }
 
 // serviceAccess is the URL of a NodePort or LoadBalancer API Service. A node

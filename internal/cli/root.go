@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,6 +45,9 @@ type globalFlags struct {
 	kubeconfig string
 	context    string
 	namespace  string
+	debug      bool
+	// debugOut is where --debug logs; set by NewRootCommand.
+	debugOut io.Writer
 }
 
 // session is a connection to the host cluster.
@@ -53,6 +58,12 @@ type session struct {
 	// hostServer is the host API server URL of the kubeconfig; a NodePort
 	// cluster is reached on the same host.
 	hostServer string
+	// restConfig is the host connection, for requests the client above does
+	// not make (port-forwarding).
+	restConfig *rest.Config
+	// paths are the kubeconfig files the host connection was loaded from,
+	// where --merge adds contexts and delete removes them.
+	paths *clientcmd.PathOptions
 }
 
 // connect loads the kubeconfig the way kubectl does (--kubeconfig, then
@@ -65,6 +76,10 @@ func (g *globalFlags) connect() (*session, error) {
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, configErr(err)
+	}
+	if g.debug {
+		withDebug(cfg, g.debugOut)
+		fmt.Fprintf(g.debugOut, "debug: host API server %s, namespace %q (empty: the context's)\n", cfg.Host, g.namespace)
 	}
 	ns := g.namespace
 	if ns == "" {
@@ -83,17 +98,18 @@ func (g *globalFlags) connect() (*session, error) {
 	if err != nil {
 		return nil, apiErr(err, "connecting to the host cluster")
 	}
-	return &session{client: c, namespace: ns, hostServer: cfg.Host}, nil
+	return &session{client: c, namespace: ns, hostServer: cfg.Host, restConfig: cfg, paths: g.pathOptions()}, nil
 }
 
 // NewRootCommand is k3kcli with every subcommand.
 func NewRootCommand(o Options) *cobra.Command {
-	g := &globalFlags{}
+	g := &globalFlags{debugOut: o.Err}
 	root := &cobra.Command{
 		Use:   "k3kcli",
 		Short: "Create and manage k3k virtual clusters",
-		Long: `k3kcli creates, lists and deletes k3k virtual clusters (k3s servers running
-in pods of a host cluster) and fetches their kubeconfigs.
+		Long: `k3kcli creates, lists, changes, pauses and deletes k3k virtual clusters (k3s
+servers running in pods of a host cluster), connects to them and fetches their
+kubeconfigs.
 
 It talks to the host cluster like kubectl: --kubeconfig, then $KUBECONFIG, then
 ~/.kube/config; -n picks the namespace.
@@ -114,14 +130,16 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 	pf.StringVar(&g.kubeconfig, "kubeconfig", "", "path to the host cluster's kubeconfig")
 	pf.StringVar(&g.context, "context", "", "kubeconfig context to use")
 	pf.StringVarP(&g.namespace, "namespace", "n", "", "namespace of the virtual cluster (default: the context's, else default)")
+	pf.BoolVar(&g.debug, "debug", false, "log every request to the host API server (method, URL, status, time; no credentials) on stderr")
 
 	cluster := &cobra.Command{
 		Use:   "cluster",
-		Short: "Create, list and delete virtual clusters",
+		Short: "Create, list, connect to, update, pause and delete virtual clusters",
 		Args:  noArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g), newRecoverCommand(o, g), newSnapshotCommand(o, g))
+	cluster.AddCommand(newConnectCommand(o, g), newUpdateCommand(o, g), newPauseCommand(o, g), newResumeCommand(o, g))
 	kubeconfig := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Fetch a virtual cluster's kubeconfig",
@@ -129,7 +147,8 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	kubeconfig.AddCommand(newKubeconfigGetCommand(o, g))
-	root.AddCommand(cluster, kubeconfig)
+	root.AddCommand(cluster, kubeconfig, newVersionCommand(o, g))
+	addCompletions(root, g)
 	return root
 }
 

@@ -35,7 +35,7 @@ func TestBadInputGetsOneClearLineAndChangesNothing(t *testing.T) {
 		{"a number flag given a word", []string{"cluster", "create", "x", "--servers", "three"}, ExitUsage, []string{"invalid argument", "hint: run with --help"}},
 		{"an unknown flag", []string{"cluster", "create", "x", "--replicas", "3"}, ExitUsage, []string{"unknown flag: --replicas"}},
 		{"an unknown command", []string{"clusters"}, ExitUsage, []string{`unknown command "clusters"`}},
-		{"an unknown output format", []string{"cluster", "list", "-o", "xml"}, ExitUsage, []string{`--output "xml"`, "hint: use -o table"}},
+		{"an unknown output format", []string{"cluster", "list", "-o", "xml"}, ExitUsage, []string{`--output "xml"`, "hint: use -o wide, -o name, -o json, -o yaml"}},
 		{"a zero timeout", []string{"cluster", "create", "x", "--timeout", "0s"}, ExitUsage, []string{"--timeout must be positive"}},
 		{"a flag the API server owns, rejected at admission", []string{"cluster", "create", "x", "--wait=false", "--server-args=--token=abc"}, ExitUsage,
 			[]string{"creating cluster", "serverArgs: --token is set by k3k and cannot be overridden", "hint: fix the rejected value"}},

@@ -38,6 +38,7 @@ func waitReady(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, t
 	var last string
 	lastPrinted := start
 	reach := &reachability{}
+	warnings := &clusterWarnings{}
 	for {
 		cur := &v1beta1.Cluster{}
 		if err := s.client.Get(ctx, key, cur); err != nil {
@@ -48,6 +49,7 @@ func waitReady(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, t
 		}
 		state := progress(cur)
 		now := o.Now()
+		warnings.print(ctx, o, s, cur, now.Sub(start))
 		if state != last || now.Sub(lastPrinted) >= o.Heartbeat {
 			fmt.Fprintf(o.Err, "[%6s] %s\n", now.Sub(start).Round(time.Second), state)
 			last, lastPrinted = state, now
@@ -171,7 +173,12 @@ func progress(c *v1beta1.Cluster) string {
 	var pending []string
 	for _, cond := range c.Status.Conditions {
 		if cond.Status != metav1.ConditionTrue && cond.Type != cluster.ConditionReady {
-			pending = append(pending, cond.Type+"="+cond.Reason)
+			p := cond.Type + "=" + cond.Reason
+			if cluster.IsBlockingReason(cond.Reason) {
+				// The controller names what holds the server up.
+				p += " (" + cond.Message + ")"
+			}
+			pending = append(pending, p)
 		}
 	}
 	slices.Sort(pending)

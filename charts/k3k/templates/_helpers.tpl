@@ -179,10 +179,17 @@ name=quantity,… flag value, in key order. */}}
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# Events on each Cluster (etcd recovery: Recovering, Recovered, RecoveryRefused),
+# Events on each Cluster (every condition that appears or changes, e.g.
+# ServerVolumePending; etcd recovery: Recovering, Recovered, RecoveryRefused),
 # written with the events.k8s.io API. Without this they were refused on a real
 # node ("cannot create resource events in API group events.k8s.io").
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# The events of a server volume claim that stays Pending, read uncached
+# (list with a field selector on the claim) to name the cause in the
+# ServersReady condition (e.g. ProvisioningFailed).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["list"]
 {{- end -}}

@@ -292,6 +292,9 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 		return ctrl.Result{}, err
 	}
 	replicas := o.settings.Servers
+	if paused(c, o.settings) {
+		replicas = 0 // the claims stay: whenScaled is Retain
+	}
 	if etcdMode && exists {
 		replicas = etcdReplicas(c, o, ptr.Deref(sts.Spec.Replicas, 0))
 	}
@@ -340,7 +343,7 @@ func (r *Reconciler) reconcileVolumeSize(ctx context.Context, c *v1beta1.Cluster
 // reconcileAgent deploys the shared-mode agent (cmd/kubelet): its
 // ServiceAccount, the RoleBinding to the agent ClusterRole, and its Deployment,
 // which waits on its own for the kubeconfig Secret to be filled.
-func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, _ *observation) (ctrl.Result, error) {
+func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
 	if r.Config.AgentImage == "" {
 		return ctrl.Result{}, nil
 	}
@@ -355,7 +358,11 @@ func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, _ *
 	if err := ensure(ctx, r.Client, c, DesiredAgentDNSService(c), copyServiceSpec); err != nil {
 		return ctrl.Result{}, err
 	}
-	err := ensure(ctx, r.Client, c, DesiredAgentDeployment(c, r.Config), func(live, d *appsv1.Deployment) {
+	agent := DesiredAgentDeployment(c, r.Config)
+	if paused(c, o.settings) {
+		agent.Spec.Replicas = ptr.To(int32(0))
+	}
+	err := ensure(ctx, r.Client, c, agent, func(live, d *appsv1.Deployment) {
 		// The selector is immutable.
 		live.Spec.Replicas = d.Spec.Replicas
 		live.Spec.Strategy = d.Spec.Strategy
@@ -379,6 +386,9 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		return fmt.Errorf("listing server pods: %w", err)
 	}
 	o.serverPods = pods.Items
+	if err := r.observeClaims(ctx, c, o); err != nil {
+		return err
+	}
 	kc := &corev1.Secret{}
 	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -408,10 +418,12 @@ func (r *Reconciler) updateStatus(ctx context.Context, c *v1beta1.Cluster, o *ob
 	if equality.Semantic.DeepEqual(c.Status, st) {
 		return nil
 	}
+	before := c.Status
 	c.Status = st
 	if err := r.Client.Status().Update(ctx, c); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
+	r.recordTransitions(c, before, st, o)
 	return nil
 }
 

@@ -110,7 +110,7 @@ func TestRetainedVolumesComeBackWithTheirOwnToken(t *testing.T) {
 	}
 	sts := &appsv1.StatefulSet{}
 	get(t, second, n.StatefulSet, sts)
-	if !metav1IsControlledBy(sts, second) {
+	if !metav1.IsControlledBy(sts, second) {
 		t.Fatalf("StatefulSet not owned by the new Cluster: %+v", sts.OwnerReferences)
 	}
 	var tokenVolume *corev1.Volume

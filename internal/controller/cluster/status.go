@@ -67,6 +67,9 @@ type observation struct {
 	agentWanted bool
 	// external is what was observed of the external datastore's Secret.
 	external externalState
+	// claims are the server volume claims by name, read only while a server
+	// pod is not ready (they explain why).
+	claims map[string]claimFacts
 }
 
 // computeStatus derives the Cluster's status from what was observed. It starts
@@ -145,6 +148,7 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	default:
 		st.Phase = v1beta1.PhaseProvisioning
 	}
+	pausedStatus(c, o, &st, set)
 	return st
 }
 
@@ -188,6 +192,9 @@ func serversCondition(o observation) condResult {
 	}
 	if !current {
 		msg += ", rollout in progress"
+	}
+	if b := firstBlocker(o.serverPods, o.claims); b != nil {
+		return condResult{false, b.reason, msg + "; " + b.message}
 	}
 	return condResult{false, ReasonServersStarting, msg}
 }
