@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -19,13 +17,9 @@ import (
 	"go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/k3k-io/k3k/pkg/datastore/etcd"
-	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
 	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
-	"github.com/k3k-io/k3k/pkg/pki"
 	"github.com/k3k-io/k3k/pkg/snapshot"
 )
 
@@ -198,53 +192,9 @@ func etcdKeys(t *testing.T, path string) map[string]string {
 // snapshot passes etcd's own checksum, holds a prefix of the writes, and its
 // revision (read from the snapshot) counts exactly those writes.
 func TestEtcdSnapshotWhileWritesGoOn(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost", "member-0.example.svc"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string][]byte{"ca.crt": ca.CertPEM, "tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	peerAddr, clientAddr := freeAddr(t), freeAddr(t)
-	_, peerPort, _ := net.SplitHostPort(peerAddr)
-	_, clientPort, _ := net.SplitHostPort(clientAddr)
-	self := etcd.Peer{Name: "member-0", PeerURL: "https://localhost:" + peerPort, ClientURL: "https://localhost:" + clientPort}
-	m0, err := member.Start(context.Background(), member.Config{
-		Name: self.Name, DataDir: filepath.Join(dir, "data"), PeerURL: self.PeerURL, ClientURL: self.ClientURL,
-		ListenPeerAddress: peerAddr, ListenClientAddress: clientAddr,
-		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
-		Roster: etcd.InitialRoster("k3k-test", self), Logger: zap.NewNop(), UnsafeNoFsync: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = m0.Close(ctx)
-	})
-	<-m0.ReadyNotify()
-
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.CertPEM)
-	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := self.ClientURL
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, ServerName: "localhost", MinVersion: tls.VersionTLS12}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	tm := startTestMember(t)
+	c := tm.client
+	_, clientPort, _ := net.SplitHostPort(tm.clientAddr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	getCtx, getCancel := context.WithTimeout(ctx, 30*time.Second)
@@ -260,9 +210,7 @@ func TestEtcdSnapshotWhileWritesGoOn(t *testing.T) {
 
 	// The member is dialled by address, as the sidecar dials its own; its
 	// certificate names it by DNS only.
-	member0 := "https://member-0.example.svc:" + clientPort
-	args := []string{"etcd", "--endpoint", member0, "--dial-address", clientAddr,
-		"--ca-file", filepath.Join(dir, "ca.crt"), "--cert-file", filepath.Join(dir, "tls.crt"), "--key-file", filepath.Join(dir, "tls.key")}
+	args := append([]string{"etcd", "--endpoint", tm.name, "--dial-address", tm.clientAddr}, tm.tlsFlags...)
 	for round := range 3 {
 		before := acked.Load()
 		file := filepath.Join(t.TempDir(), snapshot.EtcdEntry)
@@ -287,8 +235,7 @@ func TestEtcdSnapshotWhileWritesGoOn(t *testing.T) {
 
 	// A member whose certificate does not carry the endpoint's name is
 	// refused: the name is what is trusted, not the address dialled.
-	cmd := exec.Command(binary, "snapshot", "etcd", "--endpoint", "https://member-1.example.svc:"+clientPort, "--dial-address", clientAddr,
-		"--ca-file", filepath.Join(dir, "ca.crt"), "--cert-file", filepath.Join(dir, "tls.crt"), "--key-file", filepath.Join(dir, "tls.key"))
+	cmd := exec.Command(binary, append([]string{"snapshot", "etcd", "--endpoint", "https://member-1.example.svc:" + clientPort, "--dial-address", tm.clientAddr}, tm.tlsFlags...)...)
 	ctxT, cancelT := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelT()
 	cmd = exec.CommandContext(ctxT, cmd.Path, cmd.Args[1:]...)
