@@ -2,7 +2,9 @@ package translate
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -56,19 +58,11 @@ func mappedClasses(m map[string]string) string {
 	if len(m) == 0 {
 		return "none: only Ingresses without a class, which get the host's default class"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	pairs := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		pairs = append(pairs, k+" → "+m[k])
 	}
-	sort.Strings(keys)
-	out := ""
-	for i, k := range keys {
-		if i > 0 {
-			out += ", "
-		}
-		out += k + " → " + m[k]
-	}
-	return out
+	return strings.Join(pairs, ", ")
 }
 
 // HostIngress is the host copy of a virtual Ingress: the agent's labels and
