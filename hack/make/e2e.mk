@@ -30,7 +30,7 @@ images: ## Build image tarballs (k3s from K3S_SOURCE too) and a values.yaml unde
 k3s: ## Build the real k3s server from K3S_SOURCE (cached by the tarball's hash in TOOLS_DIR/k3s)
 	$(E2E_ENV) hack/k3s.sh binary $(K3S_SOURCE)
 
-.PHONY: e2e e2e-etcd e2e-pending demo demo-down
+.PHONY: e2e e2e-etcd demo demo-down
 
 # E2E_SERVER_IMAGE=rancher/k3s:v1.34.2-k3s1 runs the suite with real k3s where it
 # can be pulled; E2E_CLUSTER=existing uses $KUBECONFIG instead of the host cluster.
@@ -41,9 +41,6 @@ e2e: ## The end-to-end suite on real k3s: host cluster up, images, helm install,
 
 e2e-etcd: ## Scenario 6 only (etcd HA, 3 servers), part of `make e2e` too (root)
 	$(E2E_ENV) hack/e2e.sh test -run TestEtcdHA $(E2E_ARGS)
-
-e2e-pending: ## Scenarios not yet green on a real node, kept out of make e2e (build tag e2e_pending; see e2e/etcd_recovery_pending_test.go) (root)
-	$(E2E_ENV) E2E_EXTRA_TAGS=e2e_pending hack/e2e.sh test -run 'TestEtcdRecoveryScaleThreeOneThreeTwice|TestEtcdRecoveryFromQuorumLoss' $(E2E_ARGS)
 
 demo: ## Host cluster, chart and one virtual cluster "demo"; prints its kubeconfig (root)
 	$(E2E_ENV) hack/e2e.sh demo

@@ -1,19 +1,12 @@
-//go:build e2e && e2e_pending
+//go:build e2e
 
 package e2e
 
-// Scenarios c and d of issue 16, kept out of `make e2e` (build tag
-// e2e_pending; `make e2e-pending` runs them) until they pass on a real node.
-// In the run of 2026-12-01 06:17 on real k3s:
-//   - c: both rounds reached three healthy voters with the data there, but in
-//     round 2 a returning member's datastore container exited twice with
-//     "cannot fetch cluster info from peer urls" before it joined: the sidecar
-//     does not yet wait for its peers in-process at that point;
-//   - d: the recovery rebuilt the cluster from server-0 (same member ID, the
-//     others added again, the API and the workload back after 1m56s), but the
-//     EtcdRecovery condition ended RecoveryRefused instead of Recovered; the
-//     cause (the roster republished before the status was written) is fixed
-//     since and covered by envtest, not yet by this scenario.
+// Scenarios c and d of issue 16 (see etcd_recovery_test.go for a and b). They
+// ran behind a build tag until a real node showed them green; the fixes that
+// made them so are the in-process wait for peers of a joining member
+// (member.ErrJoinPending) and the recovery status written before the roster is
+// republished.
 
 import (
 	"context"
