@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -84,6 +85,42 @@ func TestParseFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.check(t, o)
+		})
+	}
+}
+
+// TestLogLevelTakesTheChartsValues: the chart passes logLevel as
+// --zap-log-level; every value its schema admits must set the level the
+// logger is built with, and anything else must stop the controller at start.
+func TestLogLevelTakesTheChartsValues(t *testing.T) {
+	cases := []struct {
+		value           string
+		enabled, silent zapcore.Level
+		wantErr         bool
+	}{
+		{value: "info", enabled: zapcore.InfoLevel, silent: zapcore.DebugLevel},
+		{value: "debug", enabled: zapcore.DebugLevel, silent: zapcore.Level(-2)},
+		{value: "error", enabled: zapcore.ErrorLevel, silent: zapcore.WarnLevel},
+		{value: "3", enabled: zapcore.Level(-3), silent: zapcore.Level(-4)},
+		{value: "verbose", wantErr: true},
+		{value: "0", wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.value, func(t *testing.T) {
+			opts := zap.Options{}
+			_, err := parseFlags([]string{"--zap-log-level=" + tc.value}, &opts)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("--zap-log-level=%s accepted", tc.value)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opts.Level == nil || !opts.Level.Enabled(tc.enabled) || opts.Level.Enabled(tc.silent) {
+				t.Errorf("--zap-log-level=%s: level %v, want %v logged and %v not", tc.value, opts.Level, tc.enabled, tc.silent)
+			}
 		})
 	}
 }

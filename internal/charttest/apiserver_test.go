@@ -2,6 +2,8 @@ package charttest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -43,6 +45,22 @@ func installCRDs(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
+// installMonitoringCRD installs the Prometheus Operator's ServiceMonitor CRD
+// (a cut-down copy in testdata/crds), which the chart's ServiceMonitor needs
+// and the chart does not ship.
+func installMonitoringCRD(t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "crds", "monitoring.coreos.com_servicemonitors.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(string(data))
+	if err != nil {
+		t.Fatalf("decoding the ServiceMonitor CRD: %v", err)
+	}
+	installCRDs(t, objs)
+}
+
 func established(ctx context.Context, name string) bool {
 	crd := &unstructured.Unstructured{}
 	crd.SetAPIVersion("apiextensions.k8s.io/v1")
@@ -73,6 +91,7 @@ func TestRenderedManifestsAreAcceptedByKubeAPIServer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			objs := render(t, values, "--include-crds")
 			installCRDs(t, objs)
+			installMonitoringCRD(t)
 			n := 0
 			for _, o := range objs {
 				if o.GetKind() == "CustomResourceDefinition" {
@@ -81,7 +100,9 @@ func TestRenderedManifestsAreAcceptedByKubeAPIServer(t *testing.T) {
 				if ns := o.GetNamespace(); ns != "" {
 					ensureNamespace(t, ns)
 				}
-				if err := k8s.Create(ctx, o.DeepCopy(), client.DryRunAll); err != nil {
+				// Strict: a field the API server's schema does not know is an
+				// error, not silently dropped.
+				if err := k8s.Create(ctx, o.DeepCopy(), client.DryRunAll, client.FieldValidation("Strict")); err != nil {
 					t.Errorf("kube-apiserver rejects %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 				}
 				n++

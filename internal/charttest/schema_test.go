@@ -32,6 +32,12 @@ func TestBadValuesAreRejectedWithAClearMessage(t *testing.T) {
 		{"a quota that is no quantity", []string{"--set-string", "isolation.quota.pods=lots"}, []string{"isolation/quota/pods"}},
 		{"an egress CIDR that is no CIDR", []string{"--set", "isolation.networkPolicy.egressCIDRs={internet}"}, []string{"isolation/networkPolicy/egressCIDRs/0"}},
 		{"no ServiceAccount and no name", []string{"--set", "serviceAccount.create=false"}, []string{"serviceAccount.name is required"}},
+		{"a ServiceMonitor with metrics off", []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metricsPort=0"},
+			[]string{"metrics.serviceMonitor.enabled needs metricsPort > 0"}},
+		{"a scrape interval that is no duration", []string{"--set", "metrics.serviceMonitor.interval=30 seconds"}, []string{"metrics/serviceMonitor/interval"}},
+		{"a log level the controller does not know", []string{"--set", "logLevel=verbose"}, []string{"/logLevel"}},
+		{"an environment variable without name", []string{"--set", "extraEnv[0].value=x"}, []string{"extraEnv/0", "name"}},
+		{"a full name that is no DNS label", []string{"--set", "fullnameOverride=Ops_Name"}, []string{"/fullnameOverride"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,7 +68,11 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--agent-cluster-role="+agentRole, "--controller-namespace="+releaseNS,
 				"--default-quota=persistentvolumeclaims=20,pods=100,requests.storage=100Gi,services=50",
 				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
-				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=")
+				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
+				"--zap-log-level=info")
+			if len(c.Env) != 0 {
+				t.Errorf("controller env %v without extraEnv, want none", c.Env)
+			}
 			if find(objs, "ClusterRole", "", release) == nil || find(objs, "ClusterRoleBinding", "", release) == nil {
 				t.Errorf("no ClusterRole and binding without watchNamespaces; kinds: %v", kinds(objs))
 			}
@@ -150,6 +154,19 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				if p.Name == "metrics" {
 					t.Error("metrics port exposed with metricsPort 0")
 				}
+			}
+		},
+	}, {
+		values: "observability.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			wantArgs(t, d, "--zap-log-level=debug", "--metrics-bind-address=:8080")
+			want := []corev1.EnvVar{
+				{Name: "HTTPS_PROXY", Value: "http://proxy.example.com:3128"},
+				{Name: "NO_PROXY", Value: "10.0.0.0/8,.svc,.cluster.local"},
+				{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: "controller", Resource: "limits.memory"}}},
+			}
+			if diff := cmp.Diff(want, d.Spec.Template.Spec.Containers[0].Env); diff != "" {
+				t.Errorf("controller env (-want +got):\n%s", diff)
 			}
 		},
 	}, {

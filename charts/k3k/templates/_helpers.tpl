@@ -1,17 +1,31 @@
 {{/* Names, labels and image references shared by the templates. */}}
 
+{{/* name is the chart's name, or nameOverride; it is the app.kubernetes.io/name
+label, part of the Deployment's (immutable) selector. */}}
 {{- define "k3k.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* fullname is the release name, or RELEASE-k3k when the release name does not
-already say k3k; objects of two releases never collide. */}}
+{{/* fullname names every object of the release, and prefixes the ones that need
+more than one name: fullnameOverride as given, else the release name, or
+RELEASE-NAME when the release name does not already say NAME; objects of two
+releases never collide. */}}
 {{- define "k3k.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "k3k.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* metricsService names the Service in front of the controller's metrics port. */}}
+{{- define "k3k.metricsService" -}}
+{{- printf "%s-metrics" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "k3k.selectorLabels" -}}
