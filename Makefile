@@ -44,21 +44,27 @@ build: ## Build static binaries of every command into _output/bin.
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUTPUT)/bin/ ./cmd/...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds) and the chart's agent guard policy.
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds), the chart's agent guard policy and docs/reference.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/k3k/crds
 	@# The chart renders the CRDs from files/crds (templates/crds.yaml), so helm upgrade updates them.
 	rm -f charts/k3k/files/crds/*.yaml && mkdir -p charts/k3k/files/crds && cp charts/k3k/crds/*.yaml charts/k3k/files/crds/
 	$(GO) run ./hack/agentguard
+	@# The CLI reference from the command tree, the CRD reference from charts/k3k/crds.
+	$(GO) run ./hack/docgen
+
+# GENERATED are the paths `make generate` writes, which make verify requires
+# to be committed as generated.
+GENERATED := api charts docs/reference
 
 .PHONY: verify
 verify: generate $(ACTIONLINT) ## Fail when generated files, go.mod, formatting or the CI workflows are stale.
 	$(GO) mod tidy
 	$(ACTIONLINT) -shellcheck= -pyflakes= .github/workflows/*.yaml
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@if ! git diff --quiet -- api charts go.mod go.sum || [ -n "$$(git status --porcelain --untracked-files=all -- api charts)" ]; then \
+	@if ! git diff --quiet -- $(GENERATED) go.mod go.sum || [ -n "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" ]; then \
 		echo "generated files or go.mod are stale; run 'make generate' and 'go mod tidy' and commit:"; \
-		git status --short -- api charts go.mod go.sum; git diff --stat -- api charts go.mod go.sum; exit 1; fi
+		git status --short -- $(GENERATED) go.mod go.sum; git diff --stat -- $(GENERATED) go.mod go.sum; exit 1; fi
 	@echo "verify: generated files, go.mod and formatting are up to date"
 
 .PHONY: lint
