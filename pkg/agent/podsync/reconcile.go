@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/pkg/agent/nodeadmit"
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -31,17 +32,13 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err != nil {
 		return false, nil
 	}
-	vpod, err := r.vPods.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		vpod = nil
-	} else if err != nil {
+	vpod, err := syncloop.Found(r.vPods.Pods(ns).Get(name))
+	if err != nil {
 		return false, err
 	}
 	hostNS := r.tr.Config().HostNamespace
-	hpod, err := r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, ns, name))
-	if apierrors.IsNotFound(err) {
-		hpod = nil
-	} else if err != nil {
+	hpod, err := syncloop.Found(r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, ns, name)))
+	if err != nil {
 		return false, err
 	}
 	if hpod != nil {
