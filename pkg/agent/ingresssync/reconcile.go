@@ -39,7 +39,7 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		return false, err
 	}
 	if h != nil {
-		if k, ok := r.tr.VirtualKeyOf(h); !ok || k.Kind != translate.KindIngress || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(h, translate.KindIngress, ns, name) {
 			logr.FromContextOrDiscard(ctx).Info("host Ingress does not belong to this virtual Ingress; leaving it alone", "ingress", key, "hostIngress", h.Name)
 			return false, nil
 		}

@@ -42,7 +42,7 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		return false, err
 	}
 	if hpod != nil {
-		if k, ok := r.tr.VirtualKeyOf(hpod); !ok || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(hpod, translate.KindPod, ns, name) {
 			// The informer selects by our labels; a pod carrying them with
 			// annotations naming something else was not made by this agent.
 			logr.FromContextOrDiscard(ctx).Info("host pod does not belong to this virtual pod; leaving it alone", "pod", key, "hostPod", hpod.Name)

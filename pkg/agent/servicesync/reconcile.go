@@ -34,7 +34,7 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		return false, err
 	}
 	if hsvc != nil {
-		if k, ok := r.tr.VirtualKeyOf(hsvc); !ok || k.Kind != translate.KindService || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(hsvc, translate.KindService, ns, name) {
 			logr.FromContextOrDiscard(ctx).Info("host Service does not belong to this virtual Service; leaving it alone", "service", key, "hostService", hsvc.Name)
 			return false, nil
 		}

@@ -43,7 +43,7 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		return false, err
 	}
 	if hc != nil {
-		if k, ok := r.tr.VirtualKeyOf(hc); !ok || k.Kind != translate.KindClaim || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(hc, translate.KindClaim, ns, name) {
 			logr.FromContextOrDiscard(ctx).Info("host claim does not belong to this virtual claim; leaving it alone", "claim", key, "hostClaim", hc.Name)
 			return false, nil
 		}
