@@ -44,7 +44,7 @@ build: ## Build static binaries of every command into _output/bin.
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUTPUT)/bin/ ./cmd/...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds), the chart's agent guard policy and docs/reference.
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds), the chart's agent guard policy and agent ClusterRole, and docs/reference.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/k3k/crds
 	@# The chart renders the CRDs from files/crds (templates/crds.yaml), so helm upgrade updates them.

@@ -163,14 +163,16 @@ func agentConfig(o options) (agent.Config, error) {
 	return cfg, nil
 }
 
+// run starts the agent and runs it until ctx ends or a signal arrives, in
+// the order its parts depend on each other: the health server first (so
+// /healthz answers while the rest waits), the host client, the host Services
+// the pods are pointed at, the virtual credentials, then the kubelet API and
+// DNS servers beside the agent's loops.
 func run(ctx context.Context, o options, stderr io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	log := funcr.New(func(_, args string) {
-		fmt.Fprintf(stderr, "time=%s %s\n", time.Now().Format(time.RFC3339Nano), args)
-	}, funcr.Options{})
-	ctx = logr.NewContext(ctx, log)
+	ctx = logr.NewContext(ctx, newLogger(stderr))
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -178,7 +180,56 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hostRest, err := hostConfig(o.hostKubeconfig)
+	if err := connectHost(&cfg, o.hostKubeconfig); err != nil {
+		return err
+	}
+	var current atomic.Pointer[agent.Agent]
+	stopHealth, err := startHealth(ctx, o.healthAddress, current.Load)
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
+	dns, err := readHostServices(ctx, o, &cfg)
+	if err != nil {
+		return ignoreStop(ctx, err)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	current.Store(a)
+	virtual, err := followCredentials(ctx, o.credentialsDir, a)
+	if err != nil {
+		return ignoreStop(ctx, err)
+	}
+	if err := serveBeside(ctx, o.kubeletPort, a, dns); err != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace,
+		"node", cfg.Translate.NodeName, "podSecurityLevel", cfg.Translate.PodSecurityLevel)
+	return a.Run(ctx, virtual)
+}
+
+// ignoreStop is nil when ctx has ended (the agent was told to stop while it
+// waited), else err.
+func ignoreStop(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// newLogger writes key/value lines with a timestamp to stderr.
+func newLogger(stderr io.Writer) logr.Logger {
+	return funcr.New(func(_, args string) {
+		fmt.Fprintf(stderr, "time=%s %s\n", time.Now().Format(time.RFC3339Nano), args)
+	}, funcr.Options{})
+}
+
+// connectHost fills in cfg's host client from the pod's ServiceAccount or
+// the kubeconfig at path.
+func connectHost(cfg *agent.Config, path string) error {
+	hostRest, err := hostConfig(path)
 	if err != nil {
 		return err
 	}
@@ -186,19 +237,22 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	if cfg.Host, err = kubernetes.NewForConfig(hostRest); err != nil {
 		return fmt.Errorf("building host cluster client: %w", err)
 	}
+	return nil
+}
 
-	// The health server starts first: /healthz must answer while the agent
-	// waits for the API Service; /readyz fails until the agent exists.
-	var current atomic.Pointer[agent.Agent]
-	ln, err := net.Listen("tcp", o.healthAddress)
+// startHealth serves /healthz (200 while the process runs) and /readyz (the
+// agent's Ready, 503 while current returns nil) on address, in the background.
+// It returns the function that shuts the server down.
+func startHealth(ctx context.Context, address string, current func() *agent.Agent) (func(), error) {
+	ln, err := net.Listen("tcp", address)
 	if err != nil {
-		return fmt.Errorf("--health-address: %w", err)
+		return nil, fmt.Errorf("--health-address: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		err := errors.New("agent starting")
-		if a := current.Load(); a != nil {
+		if a := current(); a != nil {
 			err = a.Ready()
 		}
 		if err != nil {
@@ -210,70 +264,84 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	health := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := health.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(err, "health server stopped")
+			logr.FromContextOrDiscard(ctx).Error(err, "health server stopped")
 		}
 	}()
-	defer func() {
+	return func() {
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = health.Shutdown(shutdown)
-	}()
+	}, nil
+}
 
+// dnsListeners are the agent's DNS sockets and the resolvers it forwards to;
+// nil without --dns-service.
+type dnsListeners struct {
+	udp       net.PacketConn
+	tcp       net.Listener
+	upstreams []string
+}
+
+// readHostServices waits for the cluster's API Service (--api-server-service)
+// and DNS Service (--dns-service) in the host namespace and puts what pods
+// need of them into cfg. With --dns-service it binds the DNS port first, so
+// a port in use fails at once.
+func readHostServices(ctx context.Context, o options, cfg *agent.Config) (*dnsListeners, error) {
+	var err error
 	if o.apiServerService != "" {
 		if cfg.Translate.APIServer, err = virtualAPIServer(ctx, cfg.Host, cfg.Translate.HostNamespace, o.apiServerService); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return nil, err
 		}
 	}
-	var dnsUDP net.PacketConn
-	var dnsTCP net.Listener
-	var upstreams []string
-	if o.dnsService != "" {
-		if upstreams, err = dnsserver.UpstreamsFromResolvConf("/etc/resolv.conf"); err != nil {
-			return fmt.Errorf("--dns-service: the agent forwards to its own resolvers: %w", err)
-		}
-		// Bound before the Service is read: a port in use fails at once.
-		addr := fmt.Sprintf(":%d", o.dnsPort)
-		if dnsUDP, err = net.ListenPacket("udp", addr); err != nil {
-			return fmt.Errorf("--dns-port: %w", err)
-		}
-		if dnsTCP, err = net.Listen("tcp", addr); err != nil {
-			return fmt.Errorf("--dns-port: %w", err)
-		}
-		if cfg.Translate.ClusterDNS, err = serviceClusterIP(ctx, cfg.Host, cfg.Translate.HostNamespace, o.dnsService); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
+	if o.dnsService == "" {
+		return nil, nil
 	}
-	a, err := agent.New(cfg)
-	if err != nil {
-		return err
+	dns := &dnsListeners{}
+	if dns.upstreams, err = dnsserver.UpstreamsFromResolvConf("/etc/resolv.conf"); err != nil {
+		return nil, fmt.Errorf("--dns-service: the agent forwards to its own resolvers: %w", err)
 	}
-	current.Store(a)
-	loader, err := agentbootstrap.New(agentbootstrap.Config{Dir: o.credentialsDir, OnChange: a.SetCredentials})
-	if err != nil {
-		return err
+	addr := fmt.Sprintf(":%d", o.dnsPort)
+	if dns.udp, err = net.ListenPacket("udp", addr); err != nil {
+		return nil, fmt.Errorf("--dns-port: %w", err)
 	}
+	if dns.tcp, err = net.Listen("tcp", addr); err != nil {
+		return nil, fmt.Errorf("--dns-port: %w", err)
+	}
+	if cfg.Translate.ClusterDNS, err = serviceClusterIP(ctx, cfg.Host, cfg.Translate.HostNamespace, o.dnsService); err != nil {
+		return nil, err
+	}
+	return dns, nil
+}
 
-	log.Info("waiting for virtual cluster credentials", "dir", o.credentialsDir)
+// followCredentials waits for valid virtual cluster credentials in dir and
+// returns them, then follows their changes into a.SetCredentials in the
+// background until ctx ends.
+func followCredentials(ctx context.Context, dir string, a *agent.Agent) (*rest.Config, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	loader, err := agentbootstrap.New(agentbootstrap.Config{Dir: dir, OnChange: a.SetCredentials})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("waiting for virtual cluster credentials", "dir", dir)
 	virtual, err := loader.Wait(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+		return nil, err
 	}
 	go func() {
 		if err := loader.Run(ctx); err != nil {
 			log.Error(err, "following credential changes stopped")
 		}
 	}()
-	if o.kubeletPort > 0 {
-		kln, err := net.Listen("tcp", fmt.Sprintf(":%d", o.kubeletPort))
+	return virtual, nil
+}
+
+// serveBeside starts, in the background until ctx ends, the servers that run
+// beside the agent's loops: the kubelet API on kubeletPort (none when 0) and
+// the DNS server on dns (none when nil).
+func serveBeside(ctx context.Context, kubeletPort int32, a *agent.Agent, dns *dnsListeners) error {
+	log := logr.FromContextOrDiscard(ctx)
+	if kubeletPort > 0 {
+		kln, err := net.Listen("tcp", fmt.Sprintf(":%d", kubeletPort))
 		if err != nil {
 			return fmt.Errorf("--kubelet-port: %w", err)
 		}
@@ -283,15 +351,14 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 			}
 		}()
 	}
-	if dnsUDP != nil {
+	if dns != nil {
 		go func() {
-			if err := a.ServeDNS(ctx, dnsUDP, dnsTCP, upstreams); err != nil {
+			if err := a.ServeDNS(ctx, dns.udp, dns.tcp, dns.upstreams); err != nil {
 				log.Error(err, "DNS server stopped")
 			}
 		}()
 	}
-	log.Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace, "node", cfg.Translate.NodeName, "podSecurityLevel", cfg.Translate.PodSecurityLevel)
-	return a.Run(ctx, virtual)
+	return nil
 }
 
 // hostConfig is the host cluster client configuration: the pod's

@@ -194,6 +194,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 
 func TestRBACIsLeastPrivilege(t *testing.T) {
 	for _, values := range []string{"", "watch-namespaces.yaml"} {
+		agentRoles := 0
 		for _, o := range render(t, values) {
 			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 				continue
@@ -206,7 +207,10 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			}
 			if o.GetKind() == "ClusterRole" && o.GetName() == agentRole {
 				// The agent's rights, bound per namespace: exactly what the
-				// controller's builders say the agent needs.
+				// controller's builders say the agent needs. The template is
+				// generated from them (hack/agentguard, make verify); this
+				// checks what Helm renders from it.
+				agentRoles++
 				if diff := cmp.Diff(cluster.AgentRules(), rules.Rules); diff != "" {
 					t.Errorf("ClusterRole %s differs from cluster.AgentRules (-want +got):\n%s", agentRole, diff)
 				}
@@ -233,6 +237,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 					}
 				}
 			}
+		}
+		if agentRoles != 1 {
+			t.Errorf("values %q: %d ClusterRoles %s rendered, want 1", values, agentRoles, agentRole)
 		}
 		for _, o := range render(t, values) {
 			if o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding" {

@@ -109,7 +109,7 @@ func runConnect(ctx context.Context, o Options, s *session, f *connectFlags, nam
 		first.stop()
 		return err
 	}
-	if _, err := apiReady(ctx, rc.kubeconfig); err != nil {
+	if _, err := apiReady(ctx, rc.creds); err != nil {
 		fmt.Fprintf(o.Err, "warning: %v\n", err)
 	}
 	if err := handOut(o, s.paths, &f.mergeFlags, f.output, rc); err != nil {
@@ -182,7 +182,7 @@ func watchForward(ctx context.Context, o Options, s *session, pod *corev1.Pod, c
 func handOut(o Options, paths *clientcmd.PathOptions, m *mergeFlags, output string, rc *readyCluster) error {
 	switch {
 	case m.wanted():
-		name, file, err := mergeKubeconfig(paths, rc.kubeconfig, m.switchContext)
+		name, file, err := mergeKubeconfig(paths, rc.creds.APIConfig(rc.context), m.switchContext)
 		if err != nil {
 			return err
 		}

@@ -14,11 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
 // errNotYet marks what a starting cluster does not have yet (its kubeconfig
@@ -124,12 +123,13 @@ func fetchKubeconfig(ctx context.Context, s *session, c *v1beta1.Cluster, server
 			return nil, err
 		}
 	}
-	out, err := renderKubeconfig(secret.Data[cluster.SecretKeyKubeconfig], a.server, contextName(c))
+	name := contextName(c)
+	creds, out, err := renderKubeconfig(secret.Data[cluster.SecretKeyKubeconfig], a.server, name)
 	if err != nil {
 		return nil, &Error{Code: ExitError, Msg: fmt.Sprintf("reading Secret %s/%s", c.Namespace, names.Kubeconfig), Err: err,
 			Hint: "the published kubeconfig is damaged; the server pod's publisher rewrites it when it changes, see its logs"}
 	}
-	return &readyCluster{cluster: c, kubeconfig: out, access: a}, nil
+	return &readyCluster{cluster: c, kubeconfig: out, creds: creds, context: name, access: a}, nil
 }
 
 // resolveAccess works out the URL the user reaches the cluster on, from
@@ -198,34 +198,25 @@ func contextName(c *v1beta1.Cluster) string {
 	return "k3k-" + c.Namespace + "-" + c.Name
 }
 
-// renderKubeconfig keeps the current context's cluster and credentials from raw
-// and points them at server under one name. Parse errors are not passed on:
-// they may quote the content, which holds credentials.
-func renderKubeconfig(raw []byte, server, name string) ([]byte, error) {
-	in, err := clientcmd.Load(raw)
+// renderKubeconfig parses raw once and points its current context's cluster
+// and credentials at server, under one name: the parsed result, for merging
+// and for asking the API, and its rendering, for printing or writing. A TLS
+// server name raw carries is kept. pkg/kubeconfig's errors never quote the
+// content, which holds credentials.
+func renderKubeconfig(raw []byte, server, name string) (*kubeconfig.Kubeconfig, []byte, error) {
+	k, err := kubeconfig.Parse(raw)
 	if err != nil {
-		return nil, errors.New("not a valid kubeconfig")
+		return nil, nil, fmt.Errorf("not a valid kubeconfig: %w", err)
 	}
-	ctx := in.Contexts[in.CurrentContext]
-	if ctx == nil {
-		return nil, errors.New("the kubeconfig has no current context")
-	}
-	cl, user := in.Clusters[ctx.Cluster], in.AuthInfos[ctx.AuthInfo]
-	if cl == nil || user == nil {
-		return nil, errors.New("the kubeconfig's current context names a missing cluster or user")
-	}
-	cl = cl.DeepCopy()
-	cl.Server = server
-	out := clientcmdapi.NewConfig()
-	out.Clusters[name] = cl
-	out.AuthInfos[name] = user.DeepCopy()
-	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	out.CurrentContext = name
-	data, err := clientcmd.Write(*out)
+	k, err = k.Rewrite(kubeconfig.Endpoint{URL: server, TLSServerName: k.TLSServerName})
 	if err != nil {
-		return nil, errors.New("cannot serialize the kubeconfig")
+		return nil, nil, err
 	}
-	return data, nil
+	data, err := k.MarshalAs(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, data, nil
 }
 
 // writeKubeconfig writes data to path with mode 0600, atomically: a reader sees

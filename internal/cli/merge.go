@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
@@ -36,13 +37,13 @@ func (g *globalFlags) pathOptions() *clientcmd.PathOptions {
 	return po
 }
 
-// mergeKubeconfig adds the cluster, user and context of data (one of each,
-// named alike, as renderKubeconfig makes them) to the kubeconfig files of po,
-// replacing entries of the same name. With switchContext the context becomes
-// the current one. It returns the context's name and the file that holds it.
-func mergeKubeconfig(po *clientcmd.PathOptions, data []byte, switchContext bool) (name, file string, err error) {
-	in, err := clientcmd.Load(data)
-	if err != nil || in.Contexts[in.CurrentContext] == nil {
+// mergeKubeconfig adds the current context of in, and the cluster and user it
+// names (one of each, named alike, as kubeconfig.APIConfig makes them), to the
+// kubeconfig files of po, replacing entries of the same name. With
+// switchContext the context becomes the current one. It returns the context's
+// name and the file that holds it.
+func mergeKubeconfig(po *clientcmd.PathOptions, in *clientcmdapi.Config, switchContext bool) (name, file string, err error) {
+	if in.Contexts[in.CurrentContext] == nil {
 		return "", "", &Error{Code: ExitError, Msg: "merging the kubeconfig", Err: fmt.Errorf("the cluster's kubeconfig has no current context")}
 	}
 	name = in.CurrentContext

@@ -139,19 +139,11 @@ func getCluster(t *testing.T, ns, name string) *v1beta1.Cluster {
 	return c
 }
 
-// eventually polls cond until it returns nil or the deadline passes. It is for
+// eventually polls cond until it returns nil, for up to a minute. It is for
 // waiting on the CLI running in another goroutine, never for timing.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := testenv.Poll(60*time.Second, 50*time.Millisecond, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }

@@ -13,18 +13,24 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
 // readyCluster is a cluster that is ready, with its kubeconfig for the user.
 type readyCluster struct {
-	cluster    *v1beta1.Cluster
+	cluster *v1beta1.Cluster
+	// kubeconfig is creds rendered under context, as printed or written.
 	kubeconfig []byte
-	access     access
+	// creds is the kubeconfig parsed, pointing at access.server; merging and
+	// the reachability check use it instead of parsing kubeconfig again.
+	creds *kubeconfig.Kubeconfig
+	// context names the cluster, user and context in kubeconfig.
+	context string
+	access  access
 }
 
 // waitReady polls the cluster until it is Ready and its kubeconfig can be
@@ -112,7 +118,7 @@ func (r *reachability) check(ctx context.Context, o Options, rc *readyCluster) e
 		return nil
 	}
 	r.tried = true
-	answered, err := apiReady(ctx, rc.kubeconfig)
+	answered, err := apiReady(ctx, rc.creds)
 	switch {
 	case err == nil:
 		return nil
@@ -128,14 +134,11 @@ func (r *reachability) check(ctx context.Context, o Options, rc *readyCluster) e
 	return notYet(err.Error())
 }
 
-// apiReady asks GET /readyz with the credentials of kubeconfig. answered is
+// apiReady asks GET /readyz with the server and credentials of k. answered is
 // true when the server sent an HTTP response, whatever it said. The error never
 // holds credentials.
-func apiReady(ctx context.Context, kubeconfig []byte) (answered bool, err error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return false, errors.New("the kubeconfig does not load")
-	}
+func apiReady(ctx context.Context, k *kubeconfig.Kubeconfig) (answered bool, err error) {
+	cfg := k.RESTConfig()
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return false, errors.New("the kubeconfig's credentials do not load")

@@ -31,15 +31,11 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	stdlog "log"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -265,56 +261,17 @@ func (a *Agent) currentVirtual() kubernetes.Interface {
 	return a.virtual
 }
 
-// ServeKubeletAPI serves the kubelet API (container logs, and exec, attach
-// and port-forward with Config.HostConfig) on ln until ctx
-// ends. It first obtains a serving certificate from the virtual cluster,
-// retrying until the cluster issues one; the certificate names the node and
-// its InternalIP, the address the virtual apiserver dials.
+// ServeKubeletAPI serves the kubelet API on ln until ctx ends: package
+// kubeletapi's Serve for this node, with its InternalIP, the host clients
+// and the virtual client of the credentials in use.
 func (a *Agent) ServeKubeletAPI(ctx context.Context, ln net.Listener) error {
-	log := logr.FromContextOrDiscard(ctx)
-	handler, err := kubeletapi.NewHandler(kubeletapi.Config{
-		NodeName: a.cfg.Node.Name, Translator: a.tr, Host: a.cfg.Host, HostConfig: a.cfg.HostConfig, Virtual: a.currentVirtual,
-	})
-	if err != nil {
-		return err
-	}
 	var ips []net.IP
 	if ip := net.ParseIP(a.cfg.Node.InternalIP); ip != nil {
 		ips = append(ips, ip)
 	}
-	cert := a.servingCertificate(ctx, ips)
-	if cert == nil {
-		return nil // ctx ended
-	}
-	var current atomic.Pointer[tls.Certificate]
-	current.Store(cert)
-	go a.renewServingCertificate(ctx, &current, ips)
-	srv := &http.Server{
-		Handler: handler,
-		// Failed handshakes (scanners, clients without the cluster CA) are
-		// routine; they go to the debug log, not to stderr.
-		ErrorLog:          stdlog.New(logWriter{log.V(1)}, "", 0),
-		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{
-			// The certificate is renewed while the server runs.
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return current.Load(), nil },
-			// Verified by the handler against the virtual cluster's client CA,
-			// which can change while the server runs.
-			ClientAuth: tls.RequestClientCert,
-			MinVersion: tls.VersionTLS12,
-		},
-	}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	log.Info("serving the kubelet API", "address", ln.Addr().String())
-	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving the kubelet API: %w", err)
-	}
-	return nil
+	return kubeletapi.Serve(ctx, ln, kubeletapi.Config{
+		NodeName: a.cfg.Node.Name, NodeIPs: ips, Translator: a.tr, Host: a.cfg.Host, HostConfig: a.cfg.HostConfig, Virtual: a.currentVirtual,
+	})
 }
 
 // ServeDNS answers DNS on pc (UDP) and ln (TCP) until ctx ends: the virtual
@@ -334,56 +291,4 @@ func (a *Agent) ServeDNS(ctx context.Context, pc net.PacketConn, ln net.Listener
 	}
 	logr.FromContextOrDiscard(ctx).Info("serving DNS", "udp", pc.LocalAddr().String(), "tcp", ln.Addr().String(), "upstreams", upstreams)
 	return srv.Serve(ctx, pc, ln)
-}
-
-// servingCertificate obtains a kubelet serving certificate from the virtual
-// cluster, retrying every few seconds until it is issued; nil when ctx ends
-// first.
-func (a *Agent) servingCertificate(ctx context.Context, ips []net.IP) *tls.Certificate {
-	log := logr.FromContextOrDiscard(ctx)
-	for {
-		if client := a.currentVirtual(); client != nil {
-			attempt, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			cert, err := kubeletapi.ServingCertificate(attempt, client, a.cfg.Node.Name, ips)
-			cancel()
-			if err == nil {
-				return cert
-			}
-			if ctx.Err() == nil {
-				log.Info("no kubelet serving certificate yet; retrying", "error", err.Error())
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(5 * time.Second):
-		}
-	}
-}
-
-// renewServingCertificate replaces the served certificate at
-// kubeletapi.RenewAt of the current one, until ctx ends. Connections made
-// before keep their certificate; new ones get the renewed one.
-func (a *Agent) renewServingCertificate(ctx context.Context, current *atomic.Pointer[tls.Certificate], ips []net.IP) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Until(kubeletapi.RenewAt(current.Load().Leaf))):
-		}
-		cert := a.servingCertificate(ctx, ips)
-		if cert == nil {
-			return
-		}
-		current.Store(cert)
-		logr.FromContextOrDiscard(ctx).Info("kubelet serving certificate renewed", "notAfter", cert.Leaf.NotAfter)
-	}
-}
-
-// logWriter turns the HTTP server's log lines into logr messages.
-type logWriter struct{ log logr.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.Info(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

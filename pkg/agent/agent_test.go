@@ -33,20 +33,14 @@ const waitTimeout = 90 * time.Second
 
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
+	if err := testenv.Poll(waitTimeout, 100*time.Millisecond, f); err != nil {
+		log, _ := os.ReadFile(filepath.Join(workDir, "agent.log"))
+		lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+		if len(lines) > 30 {
+			lines = lines[len(lines)-30:]
 		}
-		time.Sleep(100 * time.Millisecond)
+		t.Fatalf("%s: %v\nlast agent log lines:\n%s", what, err, strings.Join(lines, "\n"))
 	}
-	log, _ := os.ReadFile(filepath.Join(workDir, "agent.log"))
-	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
-	}
-	t.Fatalf("%s: %v\nlast agent log lines:\n%s", what, err, strings.Join(lines, "\n"))
 }
 
 func ctx(t *testing.T) context.Context {

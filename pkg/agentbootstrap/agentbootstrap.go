@@ -182,7 +182,8 @@ func (l *Loader) Run(ctx context.Context) error {
 }
 
 // load reads the file and, when it holds valid credentials different from those in
-// use, switches to them. It reports whether it switched, and why not.
+// use, switches to them. It reports whether it switched, and why not. Each read
+// is parsed once.
 func (l *Loader) load() (bool, error) {
 	data, err := os.ReadFile(l.path)
 	switch {
@@ -190,19 +191,16 @@ func (l *Loader) load() (bool, error) {
 		err = fmt.Errorf("%w: %s does not exist", kubeconfig.ErrEmpty, l.path)
 	case err != nil:
 		err = fmt.Errorf("reading %s: %w", l.path, err)
-	default:
-		err = kubeconfig.Validate(data, l.cfg.Now())
+	}
+	var k *kubeconfig.Kubeconfig
+	if err == nil {
+		k, err = kubeconfig.ParseValid(data, l.cfg.Now())
 	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.status.Err = err
 	if err != nil || bytes.Equal(data, l.good) {
-		return false, err
-	}
-	k, err := kubeconfig.Parse(data)
-	if err != nil { // validated above; kept for safety against a future Validate
-		l.status.Err = err
 		return false, err
 	}
 	l.good, l.current = data, k.RESTConfig()

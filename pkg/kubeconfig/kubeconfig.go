@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // The errors below classify why a kubeconfig cannot be used. Every error returned by
@@ -120,4 +121,23 @@ func (k *Kubeconfig) RESTConfig() *rest.Config {
 			KeyData:    bytes.Clone(k.KeyData),
 		},
 	}
+}
+
+// APIConfig is k as client-go's kubeconfig type, with one cluster, user and
+// context named name, current: what a caller merges into a kubeconfig file with
+// clientcmd (the CLI's --merge). It holds the same fields MarshalAs(name) writes.
+func (k *Kubeconfig) APIConfig(name string) *clientcmdapi.Config {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{
+		Server:                   k.Server,
+		TLSServerName:            k.TLSServerName,
+		CertificateAuthorityData: bytes.Clone(k.CAData),
+	}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: bytes.Clone(k.CertData),
+		ClientKeyData:         bytes.Clone(k.KeyData),
+	}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	cfg.CurrentContext = name
+	return cfg
 }

@@ -44,17 +44,39 @@ func Rewrite(data []byte, to Endpoint) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	out, err := k.Rewrite(to)
+	if err != nil {
+		return nil, err
+	}
+	return out.Marshal()
+}
+
+// Rewrite is k pointed at to: a copy with the server and TLS server name
+// replaced, the CA and client credentials kept. k is not changed. It is the
+// function Rewrite for a caller that has parsed the kubeconfig already.
+func (k *Kubeconfig) Rewrite(to Endpoint) (*Kubeconfig, error) {
 	if err := to.Validate(); err != nil {
 		return nil, fmt.Errorf("rewriting kubeconfig: %w", err)
 	}
-	k.Server = to.URL
-	k.TLSServerName = to.TLSServerName
-	return k.Marshal()
+	out := *k
+	out.Server = to.URL
+	out.TLSServerName = to.TLSServerName
+	return &out, nil
 }
 
-// Marshal renders k canonically; see Rewrite.
+// DefaultName is what Marshal names the one cluster, user and context it
+// writes: the names k3s uses.
+const DefaultName = "default"
+
+// Marshal renders k canonically; see Rewrite. It is MarshalAs(DefaultName).
 func (k *Kubeconfig) Marshal() ([]byte, error) {
-	const name = "default"
+	return k.MarshalAs(DefaultName)
+}
+
+// MarshalAs renders k canonically like Marshal, with its cluster, user and
+// context all named name, so that kubeconfigs of several clusters can sit in
+// one file (the CLI names them k3k-NAMESPACE-NAME).
+func (k *Kubeconfig) MarshalAs(name string) ([]byte, error) {
 	doc := document{
 		APIVersion: "v1",
 		Kind:       "Config",

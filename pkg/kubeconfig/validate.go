@@ -20,11 +20,22 @@ import (
 // The error wraps ErrEmpty, ErrMalformed, ErrExpired or ErrKeyMismatch and never
 // contains key material.
 func Validate(data []byte, now time.Time) error {
+	_, err := ParseValid(data, now)
+	return err
+}
+
+// ParseValid is Parse followed by Validate, for a caller that uses the parsed
+// kubeconfig after checking it: the bytes are parsed once. Its error is
+// Validate's.
+func ParseValid(data []byte, now time.Time) (*Kubeconfig, error) {
 	k, err := Parse(data)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return k.Validate(now)
+	if err := k.Validate(now); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 // Validate checks k as the function Validate does, without parsing.

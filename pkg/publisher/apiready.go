@@ -39,11 +39,12 @@ type apiChecker struct {
 	client *http.Client
 }
 
-// check returns nil when the API server data names answers GET /readyz with 200
-// "ok" to data's credentials. The error says why not, with the server's URL and
-// the names of the failing checks, never credentials.
-func (c *apiChecker) check(ctx context.Context, data []byte) error {
-	host, client, err := c.clientFor(data)
+// check returns nil when the API server k names answers GET /readyz with 200
+// "ok" to k's credentials; data is the content k was parsed from. The error
+// says why not, with the server's URL and the names of the failing checks,
+// never credentials.
+func (c *apiChecker) check(ctx context.Context, data []byte, k *kubeconfig.Kubeconfig) error {
+	host, client, err := c.clientFor(data, k)
 	if err != nil {
 		return err
 	}
@@ -69,17 +70,14 @@ func (c *apiChecker) check(ctx context.Context, data []byte) error {
 	return errors.New(msg)
 }
 
-// clientFor returns the client for data, building a new one when the content
-// changed (k3s rewrote the file with new credentials).
-func (c *apiChecker) clientFor(data []byte) (string, *http.Client, error) {
+// clientFor returns the client for k, building a new one from k when data,
+// the content k was parsed from, changed (k3s rewrote the file with new
+// credentials).
+func (c *apiChecker) clientFor(data []byte, k *kubeconfig.Kubeconfig) (string, *http.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.client != nil && bytes.Equal(c.data, data) {
 		return c.host, c.client, nil
-	}
-	k, err := kubeconfig.Parse(data)
-	if err != nil {
-		return "", nil, err
 	}
 	cfg := k.RESTConfig()
 	cfg.UserAgent = "k3k-kubeconfig-publisher"
@@ -137,10 +135,11 @@ func (p *Publisher) APIReady(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading kubeconfig: %w", err)
 	}
-	if err := kubeconfig.Validate(data, p.cfg.Now()); err != nil {
+	k, err := kubeconfig.ParseValid(data, p.cfg.Now())
+	if err != nil {
 		return err
 	}
-	return p.api.check(ctx, data)
+	return p.api.check(ctx, data, k)
 }
 
 // ReadyHandler serves /readyz for the k3s container's readiness probe: 200

@@ -324,13 +324,20 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{State: StateWaiting, Reason: "cannot read " + p.cfg.KubeconfigPath}, fmt.Errorf("reading kubeconfig: %w", err)
 	}
-	if err := kubeconfig.Validate(data, p.cfg.Now()); err != nil {
+	// Parsed once: the checks, the rewrite, the comparison with another
+	// server's kubeconfig and the API check all use k.
+	k, err := kubeconfig.ParseValid(data, p.cfg.Now())
+	if err != nil {
 		if errors.Is(err, kubeconfig.ErrEmpty) {
 			return Result{State: StateWaiting, Reason: err.Error()}, nil
 		}
 		return Result{State: StateInvalid, Reason: err.Error()}, nil
 	}
-	want, err := kubeconfig.Rewrite(data, p.cfg.Endpoint)
+	ours, err := k.Rewrite(p.cfg.Endpoint)
+	if err != nil {
+		return Result{State: StateInvalid, Reason: err.Error()}, nil
+	}
+	want, err := ours.Marshal()
 	if err != nil {
 		return Result{State: StateInvalid, Reason: err.Error()}, nil
 	}
@@ -343,12 +350,12 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 		return Result{State: StatePublished}, nil
 	}
 	if by := secret.Annotations[AnnotationPublishedBy]; p.cfg.Identity != "" && by != "" && by != p.cfg.Identity &&
-		keepPublished(secret.Data[kubeconfig.SecretKey], want, p.cfg.Now(), p.cfg.HandOver) {
+		keepPublished(secret.Data[kubeconfig.SecretKey], ours, p.cfg.Now(), p.cfg.HandOver) {
 		return Result{State: StatePublished, Reason: "published by " + by}, nil
 	}
 	// Publish only credentials for a server that serves: a client handed this
 	// kubeconfig must get answers, not refusals or 503s.
-	if err := p.api.check(ctx, data); err != nil {
+	if err := p.api.check(ctx, data, k); err != nil {
 		return Result{State: StateAPINotReady, Reason: err.Error()}, nil
 	}
 	if secret.Data == nil {
@@ -376,12 +383,8 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 // valid at now+handOver or outlives ours. The second rule means a certificate
 // near expiry is replaced only by one that lasts longer, so two servers can
 // never take turns. A different CA (a rotation) is always replaced.
-func keepPublished(published, ours []byte, now time.Time, handOver time.Duration) bool {
+func keepPublished(published []byte, want *kubeconfig.Kubeconfig, now time.Time, handOver time.Duration) bool {
 	have, err := kubeconfig.Parse(published)
-	if err != nil {
-		return false
-	}
-	want, err := kubeconfig.Parse(ours)
 	if err != nil {
 		return false
 	}

@@ -100,7 +100,7 @@ watches. Each rule says which code path needs it (internal/controller/cluster).
 No delete anywhere: owner references let the garbage collector remove what a
 Cluster owned, and the StatefulSet's claim retention policy its volumes. */}}
 {{/* agentClusterRole names the ClusterRole holding the shared-mode agent's rights
-(internal/controller/cluster.AgentRules). */}}
+(internal/controller/cluster.AgentRules; templates/agent-clusterrole.yaml). */}}
 {{- define "k3k.agentClusterRole" -}}
 {{- printf "%s-agent" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -84,8 +84,9 @@ func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
 }
 
 // AgentRules are what the agent may do in the cluster's host namespace, and no
-// more. They live in a ClusterRole the Helm chart installs (templates/rbac.yaml,
-// checked against this function by internal/charttest) and are granted in one
+// more. They live in a ClusterRole the Helm chart installs
+// (templates/agent-clusterrole.yaml, generated from DesiredAgentClusterRole by
+// hack/agentguard, so make verify catches drift) and are granted in one
 // namespace by the RoleBinding the controller makes: the controller needs only
 // "bind" on that one ClusterRole, never pod creation rights of its own. What
 // RBAC can and cannot express shapes them:

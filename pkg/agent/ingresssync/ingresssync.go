@@ -3,12 +3,10 @@ package ingresssync
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
@@ -101,47 +98,34 @@ type run struct {
 // Run syncs until ctx ends, with virtual as the virtual cluster's client. It
 // returns nil when ctx ends.
 func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
-	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
-		informers.WithNamespace(s.tr.Config().HostNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.tr.HostSelector() }))
+	hostFactory := syncloop.HostFactory(s.cfg.Host, s.cfg.Resync, s.tr.Config().HostNamespace, s.tr.HostSelector())
 	virtualFactory := informers.NewSharedInformerFactory(virtual, s.cfg.Resync)
 	// Secrets change rarely; they are resynced with the Ingresses naming them.
 	secretFactory := informers.NewSharedInformerFactory(virtual, 0)
 
 	r := &run{Syncer: s, virtual: virtual}
+	vIngresses := virtualFactory.Networking().V1().Ingresses()
 	r.loop = syncloop.New(syncloop.Config{
 		Name:      "k3k-agent-ingresses",
 		Noun:      "ingress",
 		Workers:   s.cfg.Workers,
 		Progress:  &s.progress,
 		Reconcile: r.reconcile,
-		Exists:    r.exists,
+		Exists:    syncloop.InCache(vIngresses.Informer().GetIndexer()),
 	})
 	defer r.loop.ShutDown()
 
-	r.vIngresses = virtualFactory.Networking().V1().Ingresses().Lister()
+	r.vIngresses = vIngresses.Lister()
 	r.vSecrets = secretFactory.Core().V1().Secrets().Lister()
 	r.hIngresses = hostFactory.Networking().V1().Ingresses().Lister()
-	handlers := []struct {
-		inf     cache.SharedIndexInformer
-		enqueue func(any)
-	}{
-		{virtualFactory.Networking().V1().Ingresses().Informer(), r.enqueueVirtual},
-		{hostFactory.Networking().V1().Ingresses().Informer(), r.enqueueHost},
-		{secretFactory.Core().V1().Secrets().Informer(), r.enqueueUsers},
-	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(syncloop.Handler(h.enqueue)); err != nil {
-			return fmt.Errorf("watching: %w", err)
-		}
+	if err := syncloop.AddWatches(
+		syncloop.Watch{Informer: vIngresses.Informer(), Enqueue: r.loop.AddObject},
+		syncloop.Watch{Informer: hostFactory.Networking().V1().Ingresses().Informer(), Enqueue: r.enqueueHost},
+		syncloop.Watch{Informer: secretFactory.Core().V1().Secrets().Informer(), Enqueue: r.enqueueUsers},
+	); err != nil {
+		return err
 	}
 	return r.loop.Run(ctx, hostFactory, virtualFactory, secretFactory)
-}
-
-func (r *run) enqueueVirtual(obj any) {
-	if i, ok := obj.(*networkingv1.Ingress); ok {
-		r.loop.Add(i.Namespace + "/" + i.Name)
-	}
 }
 
 func (r *run) enqueueHost(obj any) {
@@ -172,10 +156,4 @@ func (r *run) enqueueUsers(obj any) {
 			}
 		}
 	}
-}
-
-func (r *run) exists(key string) bool {
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	_, err := r.vIngresses.Ingresses(ns).Get(name)
-	return err == nil
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -28,21 +29,17 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err != nil {
 		return false, nil
 	}
-	v, err := r.vIngresses.Ingresses(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		v = nil
-	} else if err != nil {
+	v, err := syncloop.Found(r.vIngresses.Ingresses(ns).Get(name))
+	if err != nil {
 		return false, err
 	}
 	hostNS := r.tr.Config().HostNamespace
-	h, err := r.hIngresses.Ingresses(hostNS).Get(r.tr.HostName(translate.KindIngress, ns, name))
-	if apierrors.IsNotFound(err) {
-		h = nil
-	} else if err != nil {
+	h, err := syncloop.Found(r.hIngresses.Ingresses(hostNS).Get(r.tr.HostName(translate.KindIngress, ns, name)))
+	if err != nil {
 		return false, err
 	}
 	if h != nil {
-		if k, ok := r.tr.VirtualKeyOf(h); !ok || k.Kind != translate.KindIngress || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(h, translate.KindIngress, ns, name) {
 			logr.FromContextOrDiscard(ctx).Info("host Ingress does not belong to this virtual Ingress; leaving it alone", "ingress", key, "hostIngress", h.Name)
 			return false, nil
 		}

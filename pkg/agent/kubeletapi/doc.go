@@ -14,7 +14,8 @@
 // The serving certificate comes from the virtual cluster itself: a
 // CertificateSigningRequest for signer kubernetes.io/kubelet-serving, which the
 // agent approves with its admin credentials and k3s's controller-manager signs
-// with the server CA the apiserver trusts for kubelets.
+// with the server CA the apiserver trusts for kubelets. Serve obtains it,
+// serves TLS with it and renews it at RenewAt while it serves (serve.go).
 //
 // Forwarding streams needs pods/exec, pods/attach and pods/portforward in the
 // host namespace, where the cluster's server pods also run. RBAC cannot limit

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,10 +22,15 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
-// Config is what the handler needs.
+// Config is what the kubelet API needs: the handler (NewHandler) and the
+// server around it (Serve).
 type Config struct {
-	// NodeName is the node whose API this is; authorization is for it.
+	// NodeName is the node whose API this is; authorization is for it, and
+	// Serve's serving certificate names it.
 	NodeName string
+	// NodeIPs are the node's addresses (its InternalIP) that Serve's serving
+	// certificate names besides NodeName; the handler does not use them.
+	NodeIPs []net.IP
 	// Translator maps virtual pods to host pods.
 	Translator *translate.Translator
 	// Host reads host pod logs.

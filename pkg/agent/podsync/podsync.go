@@ -119,9 +119,7 @@ const refsIndex = "refs"
 // returns nil when ctx ends.
 func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 	tc := s.tr.Config()
-	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
-		informers.WithNamespace(tc.HostNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.tr.HostSelector() }))
+	hostFactory := syncloop.HostFactory(s.cfg.Host, s.cfg.Resync, tc.HostNamespace, s.tr.HostSelector())
 	podFactory := informers.NewSharedInformerFactoryWithOptions(virtual, s.cfg.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", tc.NodeName).String()
@@ -131,13 +129,14 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 	objFactory := informers.NewSharedInformerFactory(virtual, 0)
 
 	r := &run{Syncer: s, virtual: virtual}
+	vPods := podFactory.Core().V1().Pods()
 	r.loop = syncloop.New(syncloop.Config{
 		Name:       "k3k-agent-pods",
 		Noun:       "pod",
 		Workers:    s.cfg.Workers,
 		Progress:   &s.progress,
 		Reconcile:  r.reconcile,
-		Exists:     r.exists,
+		Exists:     syncloop.InCache(vPods.Informer().GetIndexer()),
 		Background: []func(context.Context){s.pruneEvery},
 	})
 	defer r.loop.ShutDown()
@@ -148,25 +147,17 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 	}
 	r.hIndex = hostPods.GetIndexer()
 	r.hPods = hostFactory.Core().V1().Pods().Lister()
-	vPods := podFactory.Core().V1().Pods()
 	r.vPods = vPods.Lister()
 	r.vCMs = objFactory.Core().V1().ConfigMaps().Lister()
 	r.vSecrets = objFactory.Core().V1().Secrets().Lister()
 	r.vClaims = objFactory.Core().V1().PersistentVolumeClaims().Lister()
-
-	handlers := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{vPods.Informer(), syncloop.Handler(r.enqueueVirtual)},
-		{hostPods, syncloop.Handler(r.enqueueHost)},
-		{objFactory.Core().V1().ConfigMaps().Informer(), syncloop.Handler(r.enqueueUsers(false))},
-		{objFactory.Core().V1().Secrets().Informer(), syncloop.Handler(r.enqueueUsers(true))},
-	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return fmt.Errorf("watching: %w", err)
-		}
+	if err := syncloop.AddWatches(
+		syncloop.Watch{Informer: vPods.Informer(), Enqueue: r.loop.AddObject},
+		syncloop.Watch{Informer: hostPods, Enqueue: r.enqueueHost},
+		syncloop.Watch{Informer: objFactory.Core().V1().ConfigMaps().Informer(), Enqueue: r.enqueueUsers(false)},
+		syncloop.Watch{Informer: objFactory.Core().V1().Secrets().Informer(), Enqueue: r.enqueueUsers(true)},
+	); err != nil {
+		return err
 	}
 	return r.loop.Run(ctx, hostFactory, podFactory, objFactory)
 }
@@ -208,12 +199,6 @@ func (s *Syncer) prune() {
 	}
 }
 
-func (r *run) enqueueVirtual(obj any) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		r.loop.Add(p.Namespace + "/" + p.Name)
-	}
-}
-
 func (r *run) enqueueHost(obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -247,17 +232,6 @@ func (r *run) enqueueUsers(secret bool) func(obj any) {
 			}
 		}
 	}
-}
-
-// exists reports whether the virtual pod is in the cache, so that counters of
-// pods that are gone are not kept.
-func (r *run) exists(key string) bool {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return false
-	}
-	_, err = r.vPods.Pods(ns).Get(name)
-	return err == nil
 }
 
 func indexRefs(obj any) ([]string, error) {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/pkg/agent/nodeadmit"
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -31,21 +32,17 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err != nil {
 		return false, nil
 	}
-	vpod, err := r.vPods.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		vpod = nil
-	} else if err != nil {
+	vpod, err := syncloop.Found(r.vPods.Pods(ns).Get(name))
+	if err != nil {
 		return false, err
 	}
 	hostNS := r.tr.Config().HostNamespace
-	hpod, err := r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, ns, name))
-	if apierrors.IsNotFound(err) {
-		hpod = nil
-	} else if err != nil {
+	hpod, err := syncloop.Found(r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, ns, name)))
+	if err != nil {
 		return false, err
 	}
 	if hpod != nil {
-		if k, ok := r.tr.VirtualKeyOf(hpod); !ok || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(hpod, translate.KindPod, ns, name) {
 			// The informer selects by our labels; a pod carrying them with
 			// annotations naming something else was not made by this agent.
 			logr.FromContextOrDiscard(ctx).Info("host pod does not belong to this virtual pod; leaving it alone", "pod", key, "hostPod", hpod.Name)

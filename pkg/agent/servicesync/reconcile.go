@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -23,21 +24,17 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err != nil {
 		return false, nil
 	}
-	vsvc, err := r.vServices.Services(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		vsvc = nil
-	} else if err != nil {
+	vsvc, err := syncloop.Found(r.vServices.Services(ns).Get(name))
+	if err != nil {
 		return false, err
 	}
 	hostNS := r.tr.Config().HostNamespace
-	hsvc, err := r.hServices.Services(hostNS).Get(r.tr.HostName(translate.KindService, ns, name))
-	if apierrors.IsNotFound(err) {
-		hsvc = nil
-	} else if err != nil {
+	hsvc, err := syncloop.Found(r.hServices.Services(hostNS).Get(r.tr.HostName(translate.KindService, ns, name)))
+	if err != nil {
 		return false, err
 	}
 	if hsvc != nil {
-		if k, ok := r.tr.VirtualKeyOf(hsvc); !ok || k.Kind != translate.KindService || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(hsvc, translate.KindService, ns, name) {
 			logr.FromContextOrDiscard(ctx).Info("host Service does not belong to this virtual Service; leaving it alone", "service", key, "hostService", hsvc.Name)
 			return false, nil
 		}

@@ -82,19 +82,18 @@ const podIndex = "pods"
 // Run syncs until ctx ends, with virtual as the virtual cluster's client. It
 // returns nil when ctx ends.
 func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
-	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
-		informers.WithNamespace(s.tr.Config().HostNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.tr.HostSelector() }))
+	hostFactory := syncloop.HostFactory(s.cfg.Host, s.cfg.Resync, s.tr.Config().HostNamespace, s.tr.HostSelector())
 	virtualFactory := informers.NewSharedInformerFactory(virtual, s.cfg.Resync)
 
 	r := &run{Syncer: s, virtual: virtual}
+	vServices := virtualFactory.Core().V1().Services()
 	r.loop = syncloop.New(syncloop.Config{
 		Name:      "k3k-agent-services",
 		Noun:      "service",
 		Workers:   s.cfg.Workers,
 		Progress:  &s.progress,
 		Reconcile: r.reconcile,
-		Exists:    r.exists,
+		Exists:    syncloop.InCache(vServices.Informer().GetIndexer()),
 		// Once the caches are complete they answer DNS.
 		Background: []func(context.Context){func(context.Context) { r.publishDNS() }},
 	})
@@ -106,33 +105,20 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 	}
 	r.vByPod = vSlices.Informer().GetIndexer()
 	r.vSlices = vSlices.Lister()
-	r.vServices = virtualFactory.Core().V1().Services().Lister()
+	r.vServices = vServices.Lister()
 	r.hServices = hostFactory.Core().V1().Services().Lister()
 	r.hSlices = hostFactory.Discovery().V1().EndpointSlices().Lister()
 	r.hPods = hostFactory.Core().V1().Pods().Lister()
-
-	handlers := []struct {
-		inf     cache.SharedIndexInformer
-		enqueue func(any)
-	}{
-		{virtualFactory.Core().V1().Services().Informer(), r.enqueueVirtualService},
-		{vSlices.Informer(), r.enqueueVirtualSlice},
-		{hostFactory.Core().V1().Services().Informer(), r.enqueueHost},
-		{hostFactory.Discovery().V1().EndpointSlices().Informer(), r.enqueueHost},
-		{hostFactory.Core().V1().Pods().Informer(), r.enqueueHostPod},
-	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(syncloop.Handler(h.enqueue)); err != nil {
-			return fmt.Errorf("watching: %w", err)
-		}
+	if err := syncloop.AddWatches(
+		syncloop.Watch{Informer: vServices.Informer(), Enqueue: r.loop.AddObject},
+		syncloop.Watch{Informer: vSlices.Informer(), Enqueue: r.enqueueVirtualSlice},
+		syncloop.Watch{Informer: hostFactory.Core().V1().Services().Informer(), Enqueue: r.enqueueHost},
+		syncloop.Watch{Informer: hostFactory.Discovery().V1().EndpointSlices().Informer(), Enqueue: r.enqueueHost},
+		syncloop.Watch{Informer: hostFactory.Core().V1().Pods().Informer(), Enqueue: r.enqueueHostPod},
+	); err != nil {
+		return err
 	}
 	return r.loop.Run(ctx, hostFactory, virtualFactory)
-}
-
-func (r *run) enqueueVirtualService(obj any) {
-	if s, ok := obj.(*corev1.Service); ok {
-		r.loop.Add(s.Namespace + "/" + s.Name)
-	}
 }
 
 func (r *run) enqueueVirtualSlice(obj any) {
@@ -191,12 +177,4 @@ func indexPods(obj any) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// exists reports whether the virtual Service is in the cache, so that
-// counters of Services that are gone are not kept.
-func (r *run) exists(key string) bool {
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	_, err := r.vServices.Services(ns).Get(name)
-	return err == nil
 }

@@ -3,12 +3,14 @@
 // workers only once every informer cache has synced, with a count of the
 // error-free passes over each key.
 //
-// It exists because podsync and servicesync need the same loop and the same
-// rules: no worker acts on an incomplete cache (it would look like deleted
-// objects), a failed or unfinished key comes back rate-limited, a key that
-// settled is forgotten by the rate limiter, and Run returns nil when its
-// context ends. Kept in one place, the two loops cannot drift apart. What a
-// key means, and what reconciling it does, stays with each syncer.
+// It exists because podsync, servicesync, volumesync and ingresssync need
+// the same loop and the same rules: no worker acts on an incomplete cache (it
+// would look like deleted objects), a failed or unfinished key comes back
+// rate-limited, a key that settled is forgotten by the rate limiter, and Run
+// returns nil when its context ends. Kept in one place, the loops cannot
+// drift apart; so are the pieces each syncer's Run wires alike (HostFactory,
+// AddWatches, Loop.AddObject, InCache, Found). What a key means, and what
+// reconciling it does, stays with each syncer.
 package syncloop
 
 import (
@@ -18,7 +20,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
@@ -198,4 +203,61 @@ func Handler(enqueue func(obj any)) cache.ResourceEventHandler {
 			enqueue(obj)
 		},
 	}
+}
+
+// HostFactory is the informer factory of the host objects a syncer follows:
+// those in namespace that match selector (the agent's label selector), so the
+// caches hold the agent's copies and nothing else of the namespace.
+func HostFactory(host kubernetes.Interface, resync time.Duration, namespace, selector string) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(host, resync,
+		informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+}
+
+// Watch is one informer and the enqueue function its events call.
+type Watch struct {
+	Informer cache.SharedIndexInformer
+	Enqueue  func(obj any)
+}
+
+// AddWatches registers each Watch's Enqueue as an event handler (Handler)
+// of its Informer. Call it before Run starts the factories.
+func AddWatches(watches ...Watch) error {
+	for _, w := range watches {
+		if _, err := w.Informer.AddEventHandler(Handler(w.Enqueue)); err != nil {
+			return fmt.Errorf("watching: %w", err)
+		}
+	}
+	return nil
+}
+
+// AddObject queues the "namespace/name" key of obj, an object of the kind
+// the loop's keys stand for; anything else is ignored.
+func (l *Loop) AddObject(obj any) {
+	if m, ok := obj.(metav1.Object); ok {
+		l.Add(m.GetNamespace() + "/" + m.GetName())
+	}
+}
+
+// InCache is a Config.Exists for keys of the objects in store (an informer's
+// indexer): whether store holds key.
+func InCache(store cache.Store) func(key string) bool {
+	return func(key string) bool {
+		_, ok, err := store.GetByKey(key)
+		return ok && err == nil
+	}
+}
+
+// Found is a lister's Get with NotFound as no object and no error: the
+// shape of every reconcile's first look at the virtual object and its host
+// copy, either of which may be gone.
+func Found[T any](obj T, err error) (T, error) {
+	var none T
+	switch {
+	case apierrors.IsNotFound(err):
+		return none, nil
+	case err != nil:
+		return none, err
+	}
+	return obj, nil
 }

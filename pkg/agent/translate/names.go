@@ -188,3 +188,11 @@ func (t *Translator) VirtualKeyOf(obj metav1.Object) (VirtualKey, bool) {
 	}
 	return k, true
 }
+
+// IsCopyOf reports whether obj is this agent's host copy of the virtual
+// object kind namespace/name: what every reconcile checks of the host object
+// it found under that object's host name before it touches it.
+func (t *Translator) IsCopyOf(obj metav1.Object, kind Kind, namespace, name string) bool {
+	k, ok := t.VirtualKeyOf(obj)
+	return ok && k.Kind == kind && k.Namespace == namespace && k.Name == name
+}

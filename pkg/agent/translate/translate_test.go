@@ -104,6 +104,35 @@ func TestVirtualKeyOf(t *testing.T) {
 	}
 }
 
+func TestIsCopyOf(t *testing.T) {
+	tr := newTranslator(t)
+	vpod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "u1"}}
+	host, err := tr.HostPod(vpod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name                  string
+		tr                    *Translator
+		kind                  Kind
+		namespace, virtualPod string
+		want                  bool
+	}{
+		{"a host pod is the copy of its virtual pod", tr, KindPod, "default", "web", true},
+		{"it is not the copy of another pod", tr, KindPod, "default", "api", false},
+		{"nor of the same name in another namespace", tr, KindPod, "shop", "web", false},
+		{"nor of another kind's object of that name", tr, KindService, "default", "web", false},
+		{"nor is it another cluster's agent's copy", newTranslator(t, func(c *Config) { c.ClusterName = "c2" }), KindPod, "default", "web", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.tr.IsCopyOf(host, tc.kind, tc.namespace, tc.virtualPod); got != tc.want {
+				t.Errorf("IsCopyOf(%s %s/%s) = %v, want %v", tc.kind, tc.namespace, tc.virtualPod, got, tc.want)
+			}
+		})
+	}
+}
+
 // apiAccessVolume is what the ServiceAccount admission plugin adds to a pod.
 func apiAccessVolume() corev1.Volume {
 	return corev1.Volume{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{

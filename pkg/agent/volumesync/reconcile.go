@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
@@ -32,21 +33,17 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err != nil {
 		return false, nil
 	}
-	vc, err := r.vClaims.PersistentVolumeClaims(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		vc = nil
-	} else if err != nil {
+	vc, err := syncloop.Found(r.vClaims.PersistentVolumeClaims(ns).Get(name))
+	if err != nil {
 		return false, err
 	}
 	hostNS := r.tr.Config().HostNamespace
-	hc, err := r.hClaims.PersistentVolumeClaims(hostNS).Get(r.tr.HostName(translate.KindClaim, ns, name))
-	if apierrors.IsNotFound(err) {
-		hc = nil
-	} else if err != nil {
+	hc, err := syncloop.Found(r.hClaims.PersistentVolumeClaims(hostNS).Get(r.tr.HostName(translate.KindClaim, ns, name)))
+	if err != nil {
 		return false, err
 	}
 	if hc != nil {
-		if k, ok := r.tr.VirtualKeyOf(hc); !ok || k.Kind != translate.KindClaim || k.Namespace != ns || k.Name != name {
+		if !r.tr.IsCopyOf(hc, translate.KindClaim, ns, name) {
 			logr.FromContextOrDiscard(ctx).Info("host claim does not belong to this virtual claim; leaving it alone", "claim", key, "hostClaim", hc.Name)
 			return false, nil
 		}

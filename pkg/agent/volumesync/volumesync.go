@@ -92,9 +92,7 @@ const claimIndex = "claim"
 // Run syncs until ctx ends, with virtual as the virtual cluster's client. It
 // returns nil when ctx ends.
 func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
-	hostFactory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Host, s.cfg.Resync,
-		informers.WithNamespace(s.tr.Config().HostNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.tr.HostSelector() }))
+	hostFactory := syncloop.HostFactory(s.cfg.Host, s.cfg.Resync, s.tr.Config().HostNamespace, s.tr.HostSelector())
 	virtualFactory := informers.NewSharedInformerFactory(virtual, s.cfg.Resync)
 	// Only the volumes the agent made: a tenant's own volumes are not the
 	// agent's business (a claim bound to one is refused).
@@ -104,13 +102,14 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 		}))
 
 	r := &run{Syncer: s, virtual: virtual}
+	vClaims := virtualFactory.Core().V1().PersistentVolumeClaims()
 	r.loop = syncloop.New(syncloop.Config{
 		Name:      "k3k-agent-volumes",
 		Noun:      "claim",
 		Workers:   s.cfg.Workers,
 		Progress:  &s.progress,
 		Reconcile: r.reconcile,
-		Exists:    r.exists,
+		Exists:    syncloop.InCache(vClaims.Informer().GetIndexer()),
 	})
 	defer r.loop.ShutDown()
 
@@ -119,29 +118,16 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 		return fmt.Errorf("indexing virtual volumes: %w", err)
 	}
 	r.vVolumes = vVolumes.GetIndexer()
-	r.vClaims = virtualFactory.Core().V1().PersistentVolumeClaims().Lister()
+	r.vClaims = vClaims.Lister()
 	r.hClaims = hostFactory.Core().V1().PersistentVolumeClaims().Lister()
-
-	handlers := []struct {
-		inf     cache.SharedIndexInformer
-		enqueue func(any)
-	}{
-		{virtualFactory.Core().V1().PersistentVolumeClaims().Informer(), r.enqueueVirtualClaim},
-		{vVolumes, r.enqueueVirtualVolume},
-		{hostFactory.Core().V1().PersistentVolumeClaims().Informer(), r.enqueueHost},
-	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(syncloop.Handler(h.enqueue)); err != nil {
-			return fmt.Errorf("watching: %w", err)
-		}
+	if err := syncloop.AddWatches(
+		syncloop.Watch{Informer: vClaims.Informer(), Enqueue: r.loop.AddObject},
+		syncloop.Watch{Informer: vVolumes, Enqueue: r.enqueueVirtualVolume},
+		syncloop.Watch{Informer: hostFactory.Core().V1().PersistentVolumeClaims().Informer(), Enqueue: r.enqueueHost},
+	); err != nil {
+		return err
 	}
 	return r.loop.Run(ctx, hostFactory, virtualFactory, volumeFactory)
-}
-
-func (r *run) enqueueVirtualClaim(obj any) {
-	if c, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-		r.loop.Add(c.Namespace + "/" + c.Name)
-	}
 }
 
 func (r *run) enqueueVirtualVolume(obj any) {
@@ -167,12 +153,4 @@ func indexClaim(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name}, nil
-}
-
-// exists reports whether the virtual claim is in the cache, so that counters
-// of claims that are gone are not kept.
-func (r *run) exists(key string) bool {
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	_, err := r.vClaims.PersistentVolumeClaims(ns).Get(name)
-	return err == nil
 }
