@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
@@ -46,7 +47,7 @@ func run() error {
 		doc := string(b)
 		doc = strings.ReplaceAll(doc, placeholder, `{{ include "k3k.agentGuard" . }}`)
 		doc = strings.ReplaceAll(doc, allowPlaceholder, `{{ if .Values.sharedAgent.allowPrivilegedPods }}true{{ else }}false{{ end }}`)
-		labels := "  labels:\n    " + cluster.LabelManagedBy + ": " + cluster.ManagedByValue + "\n"
+		labels := "  labels:\n    " + v1beta1.LabelManagedBy + ": " + v1beta1.ManagedByValue + "\n"
 		if !strings.Contains(doc, labels) {
 			return fmt.Errorf("labels block not found in:\n%s", doc)
 		}

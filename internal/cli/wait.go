@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 // readyCluster is a cluster that is ready, with its kubeconfig for the user.
@@ -172,9 +171,9 @@ func progress(c *v1beta1.Cluster) string {
 	}
 	var pending []string
 	for _, cond := range c.Status.Conditions {
-		if cond.Status != metav1.ConditionTrue && cond.Type != cluster.ConditionReady {
+		if cond.Status != metav1.ConditionTrue && cond.Type != v1beta1.ConditionReady {
 			p := cond.Type + "=" + cond.Reason
-			if cluster.IsBlockingReason(cond.Reason) {
+			if v1beta1.IsBlockingReason(cond.Reason) {
 				// The controller names what holds the server up.
 				p += " (" + cond.Message + ")"
 			}
@@ -191,7 +190,7 @@ func progress(c *v1beta1.Cluster) string {
 // failureMessage is why a Failed cluster failed: the Ready condition's message.
 func failureMessage(c *v1beta1.Cluster) string {
 	for _, cond := range c.Status.Conditions {
-		if cond.Type == cluster.ConditionReady && cond.Message != "" {
+		if cond.Type == v1beta1.ConditionReady && cond.Message != "" {
 			return cond.Message
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // tokenRetry is how often a Cluster whose user-provided token Secret is missing
@@ -121,18 +122,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // minting a new random token would lock that server out of its own data. Requeues
 // after tokenRetry while a user-provided Secret is missing.
 func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
-	name := NamesFor(c).Token
+	name := layout.NamesFor(c).Token
 	if c.Spec.TokenSecretRef != nil {
 		s := &corev1.Secret{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
 		switch {
-		case apierrors.IsNotFound(err) || (err == nil && len(s.Data[SecretKeyToken]) == 0):
-			o.token = tokenState{false, ReasonTokenSecretNotFound, fmt.Sprintf("tokenSecretRef: Secret %s with a non-empty key %q not found in namespace %s", name, SecretKeyToken, c.Namespace)}
+		case apierrors.IsNotFound(err) || (err == nil && len(s.Data[layout.SecretKeyToken]) == 0):
+			o.token = tokenState{false, v1beta1.ReasonTokenSecretNotFound, fmt.Sprintf("tokenSecretRef: Secret %s with a non-empty key %q not found in namespace %s", name, layout.SecretKeyToken, c.Namespace)}
 			return ctrl.Result{RequeueAfter: tokenRetry}, nil
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("getting token Secret %s: %w", name, err)
 		}
-		o.token = tokenState{true, ReasonTokenAvailable, "using the Secret named by tokenSecretRef"}
+		o.token = tokenState{true, v1beta1.ReasonTokenAvailable, "using the Secret named by tokenSecretRef"}
 		return ctrl.Result{}, nil
 	}
 
@@ -142,8 +143,8 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, fmt.Errorf("getting token Secret %s: %w", name, err)
 	}
 	exists := err == nil
-	if exists && len(s.Data[SecretKeyToken]) > 0 {
-		o.token = tokenState{true, ReasonTokenAvailable, "generated token Secret " + name}
+	if exists && len(s.Data[layout.SecretKeyToken]) > 0 {
+		o.token = tokenState{true, v1beta1.ReasonTokenAvailable, "generated token Secret " + name}
 		return ctrl.Result{}, nil
 	}
 	hasData, err := r.serverHasData(ctx, c)
@@ -151,7 +152,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, err
 	}
 	if hasData || restorePending(c) {
-		o.token = tokenState{false, ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(c, name)}
+		o.token = tokenState{false, v1beta1.ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(c, name)}
 		if !exists {
 			// An empty placeholder, so the publisher needs only update rights.
 			if err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, ""), func(_, _ *corev1.Secret) {}); err != nil {
@@ -165,7 +166,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, err
 	}
 	if exists {
-		s.Data = map[string][]byte{SecretKeyToken: []byte(token)}
+		s.Data = map[string][]byte{layout.SecretKeyToken: []byte(token)}
 		if err := r.Client.Update(ctx, s); err != nil {
 			return ctrl.Result{}, fmt.Errorf("filling empty token Secret %s: %w", name, err)
 		}
@@ -173,7 +174,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, err
 	}
 	log.FromContext(ctx).Info("generated cluster token", "secret", name)
-	o.token = tokenState{true, ReasonTokenAvailable, "generated token Secret " + name}
+	o.token = tokenState{true, v1beta1.ReasonTokenAvailable, "generated token Secret " + name}
 	return ctrl.Result{}, nil
 }
 
@@ -181,11 +182,11 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 // kubeconfig Secret was published (the server started) or a server volume exists.
 func (r *Reconciler) serverHasData(ctx context.Context, c *v1beta1.Cluster) (bool, error) {
 	kc := &corev1.Secret{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).Kubeconfig}, kc)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("getting kubeconfig Secret: %w", err)
 	}
-	if err == nil && len(kc.Data[SecretKeyKubeconfig]) > 0 {
+	if err == nil && len(kc.Data[layout.SecretKeyKubeconfig]) > 0 {
 		return true, nil
 	}
 	claims := &corev1.PersistentVolumeClaimList{}
@@ -266,7 +267,7 @@ func copyServiceSpec(live, d *corev1.Service) {
 // member certificate.
 func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
 	sts := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, sts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("getting server StatefulSet: %w", err)
 	}
@@ -374,7 +375,7 @@ func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, o *
 // observe reads what the status is derived from.
 func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observation) error {
 	sts := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, sts)
 	switch {
 	case err == nil:
 		o.statefulSet = sts
@@ -390,15 +391,15 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		return err
 	}
 	kc := &corev1.Secret{}
-	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).Kubeconfig}, kc)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("getting kubeconfig Secret: %w", err)
 	}
-	o.kubeconfig = kc.Data[SecretKeyKubeconfig]
+	o.kubeconfig = kc.Data[layout.SecretKeyKubeconfig]
 	o.agentWanted = r.Config.AgentImage != ""
 	if o.agentWanted {
 		agent := &appsv1.Deployment{}
-		err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: AgentName(c)}, agent)
+		err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.AgentName(c.Name)}, agent)
 		switch {
 		case err == nil:
 			o.agent = agent
@@ -446,7 +447,7 @@ func earliest(a, b ctrl.Result) ctrl.Result {
 // managed-by label, so the controller does not hold every Pod, Secret and
 // volume claim of the host cluster in memory.
 func CacheByObject() map[client.Object]cache.ByObject {
-	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
+	selector := labels.SelectorFromSet(labels.Set{v1beta1.LabelManagedBy: v1beta1.ManagedByValue})
 	out := map[client.Object]cache.ByObject{}
 	for _, obj := range []client.Object{
 		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Secret{}, &corev1.ConfigMap{},
@@ -464,8 +465,8 @@ func CacheByObject() map[client.Object]cache.ByObject {
 // by label).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-		name := obj.GetLabels()[LabelCluster]
-		if name == "" || obj.GetLabels()[LabelManagedBy] != ManagedByValue {
+		name := obj.GetLabels()[v1beta1.LabelCluster]
+		if name == "" || obj.GetLabels()[v1beta1.LabelManagedBy] != v1beta1.ManagedByValue {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // Everything in this file is a pure function of the Cluster and the controller's
@@ -141,13 +142,13 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 
 // commonLabels returns the labels every object of c carries.
 func commonLabels(c *v1beta1.Cluster) map[string]string {
-	return map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: c.Name}
+	return map[string]string{v1beta1.LabelManagedBy: v1beta1.ManagedByValue, v1beta1.LabelCluster: c.Name}
 }
 
 // serverLabels select c's server pods.
 func serverLabels(c *v1beta1.Cluster) map[string]string {
 	l := commonLabels(c)
-	l[LabelComponent] = ComponentServer
+	l[v1beta1.LabelComponent] = v1beta1.ComponentServer
 	return l
 }
 
@@ -158,7 +159,7 @@ func objectMeta(c *v1beta1.Cluster, name string) metav1.ObjectMeta {
 // TLSSANs are every name the API server is reached by: the Service under each
 // of its DNS forms, the ingress host, then the user's extra names.
 func TLSSANs(c *v1beta1.Cluster) []string {
-	svc := NamesFor(c).Service
+	svc := layout.NamesFor(c).Service
 	sans := []string{
 		svc,
 		svc + "." + c.Namespace,
@@ -235,13 +236,13 @@ var apiServerArgs = []string{"enable-aggregator-routing=true"}
 // serverArgs are not here: they go on the command line, after it, so they win.
 func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 	cfg := k3sConfig{
-		DataDir:             K3sDataDir,
+		DataDir:             layout.K3sDataDir,
 		DisableAgent:        true,
-		WriteKubeconfig:     KubeconfigPath,
+		WriteKubeconfig:     layout.KubeconfigPath,
 		WriteKubeconfigMode: "0600",
 		TLSSAN:              TLSSANs(c),
-		TokenFile:           TokenPath,
-		HTTPSListenPort:     APIPort,
+		TokenFile:           layout.TokenPath,
+		HTTPSListenPort:     layout.APIPort,
 		ClusterCIDR:         c.Spec.ClusterCIDR,
 		ServiceCIDR:         c.Spec.ServiceCIDR,
 		ClusterDNS:          c.Spec.ClusterDNS,
@@ -253,10 +254,10 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 	}
 	switch s.Datastore {
 	case v1beta1.SQLiteDatastore:
-		cfg.DatastoreEndpoint = fmt.Sprintf("http://127.0.0.1:%d", DatastoreClientPort)
+		cfg.DatastoreEndpoint = fmt.Sprintf("http://127.0.0.1:%d", layout.DatastoreClientPort)
 	case v1beta1.EtcdDatastore:
 		cfg.DatastoreEndpoint = etcdEndpoints(c, s.Servers)
-		cfg.DatastoreCAFile, cfg.DatastoreCertFile, cfg.DatastoreKeyFile = EtcdCAPath, EtcdCertPath, EtcdKeyPath
+		cfg.DatastoreCAFile, cfg.DatastoreCertFile, cfg.DatastoreKeyFile = layout.EtcdCAPath, layout.EtcdCertPath, layout.EtcdKeyPath
 	case v1beta1.ExternalDatastore:
 		externalDatastoreConfig(&cfg, c, s)
 	}
@@ -266,19 +267,19 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 // DesiredServerConfigMap holds the generated k3s configuration file.
 func DesiredServerConfigMap(c *v1beta1.Cluster, config []byte) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		ObjectMeta: objectMeta(c, NamesFor(c).ServerConfig),
-		Data:       map[string]string{ConfigMapKeyConfig: string(config)},
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).ServerConfig),
+		Data:       map[string]string{layout.ConfigMapKeyConfig: string(config)},
 	}
 }
 
 // DesiredTokenSecret is the generated token Secret holding token.
 func DesiredTokenSecret(c *v1beta1.Cluster, token string) *corev1.Secret {
 	s := &corev1.Secret{
-		ObjectMeta: objectMeta(c, NamesFor(c).Token),
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).Token),
 		Type:       corev1.SecretTypeOpaque,
 	}
 	if token != "" {
-		s.Data = map[string][]byte{SecretKeyToken: []byte(token)}
+		s.Data = map[string][]byte{layout.SecretKeyToken: []byte(token)}
 	}
 	return s
 }
@@ -287,7 +288,7 @@ func DesiredTokenSecret(c *v1beta1.Cluster, token string) *corev1.Secret {
 // controller creates it so the server pod never needs the create verb.
 func DesiredKubeconfigSecret(c *v1beta1.Cluster) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: objectMeta(c, NamesFor(c).Kubeconfig),
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).Kubeconfig),
 		Type:       corev1.SecretTypeOpaque,
 	}
 }
@@ -295,11 +296,11 @@ func DesiredKubeconfigSecret(c *v1beta1.Cluster) *corev1.Secret {
 // DesiredService is the API Service, shaped by spec.expose.
 func DesiredService(c *v1beta1.Cluster) *corev1.Service {
 	port := corev1.ServicePort{
-		Name: "https", Protocol: corev1.ProtocolTCP, Port: ServicePort,
-		TargetPort: intstr.FromInt32(APIPort),
+		Name: "https", Protocol: corev1.ProtocolTCP, Port: layout.ServicePort,
+		TargetPort: intstr.FromInt32(layout.APIPort),
 	}
 	svc := &corev1.Service{
-		ObjectMeta: objectMeta(c, NamesFor(c).Service),
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).Service),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: serverLabels(c),
@@ -330,14 +331,14 @@ func DesiredHeadlessService(c *v1beta1.Cluster) *corev1.Service {
 		return corev1.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: p, TargetPort: intstr.FromInt32(p)}
 	}
 	return &corev1.Service{
-		ObjectMeta: objectMeta(c, NamesFor(c).Headless),
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).Headless),
 		Spec: corev1.ServiceSpec{
 			Type:                     corev1.ServiceTypeClusterIP,
 			ClusterIP:                corev1.ClusterIPNone,
 			PublishNotReadyAddresses: true,
 			Selector:                 serverLabels(c),
 			Ports: []corev1.ServicePort{
-				tcp("https", APIPort), tcp("etcd-client", DatastoreClientPort), tcp("etcd-peer", DatastorePeerPort),
+				tcp("https", layout.APIPort), tcp("etcd-client", layout.DatastoreClientPort), tcp("etcd-peer", layout.DatastorePeerPort),
 			},
 		},
 	}
@@ -351,7 +352,7 @@ func DesiredIngress(c *v1beta1.Cluster) *networkingv1.Ingress {
 	in := c.Spec.Expose.Ingress
 	pathType := networkingv1.PathTypePrefix
 	ing := &networkingv1.Ingress{
-		ObjectMeta: objectMeta(c, NamesFor(c).Ingress),
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).Ingress),
 		Spec: networkingv1.IngressSpec{
 			IngressClassName: in.IngressClassName,
 			Rules: []networkingv1.IngressRule{{
@@ -360,7 +361,7 @@ func DesiredIngress(c *v1beta1.Cluster) *networkingv1.Ingress {
 					Paths: []networkingv1.HTTPIngressPath{{
 						Path: "/", PathType: &pathType,
 						Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{
-							Name: NamesFor(c).Service, Port: networkingv1.ServiceBackendPort{Number: ServicePort},
+							Name: layout.NamesFor(c).Service, Port: networkingv1.ServiceBackendPort{Number: layout.ServicePort},
 						}},
 					}},
 				}},
@@ -378,14 +379,14 @@ func DesiredIngress(c *v1beta1.Cluster) *networkingv1.Ingress {
 
 // DesiredServiceAccount is the server pod's identity on the host.
 func DesiredServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
-	return &corev1.ServiceAccount{ObjectMeta: objectMeta(c, NamesFor(c).ServiceAccount)}
+	return &corev1.ServiceAccount{ObjectMeta: objectMeta(c, layout.NamesFor(c).ServiceAccount)}
 }
 
 // DesiredRole lets the server pod read and update exactly two Secrets: the
 // kubeconfig it publishes and the token it may restore. No create, no list, no
 // other Secret.
 func DesiredRole(c *v1beta1.Cluster) *rbacv1.Role {
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	return &rbacv1.Role{
 		ObjectMeta: objectMeta(c, n.ServiceAccount),
 		Rules: []rbacv1.PolicyRule{{
@@ -399,7 +400,7 @@ func DesiredRole(c *v1beta1.Cluster) *rbacv1.Role {
 
 // DesiredRoleBinding binds DesiredRole to DesiredServiceAccount.
 func DesiredRoleBinding(c *v1beta1.Cluster) *rbacv1.RoleBinding {
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	return &rbacv1.RoleBinding{
 		ObjectMeta: objectMeta(c, n.ServiceAccount),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: n.ServiceAccount},
@@ -407,36 +408,30 @@ func DesiredRoleBinding(c *v1beta1.Cluster) *rbacv1.RoleBinding {
 	}
 }
 
-// DatastorePodDir is the sqlite sidecar's directory that lives as long as the
-// pod (a subPath of the tmp emptyDir): a marker there tells the sidecar's first
-// start in a pod, when no k3s can hold k3s's bootstrap lock and a lock left by
-// a server that died is removed, from a restart beside a running k3s.
-const DatastorePodDir = "/run/k3k-datastore"
-
 // DatastoreArgs is the sidecar's command line for the sqlite datastore.
 func DatastoreArgs() []string {
 	return []string{
 		"/usr/local/bin/datastore", "sqlite",
-		"--data-dir=" + DatastoreDataDir,
-		"--listen-address=127.0.0.1:" + strconv.Itoa(DatastoreClientPort),
-		"--health-address=:" + strconv.Itoa(DatastoreHealthPort),
-		"--metrics-address=:" + strconv.Itoa(DatastoreMetricsPort),
-		"--pod-dir=" + DatastorePodDir,
+		"--data-dir=" + layout.DatastoreDataDir,
+		"--listen-address=127.0.0.1:" + strconv.Itoa(layout.DatastoreClientPort),
+		"--health-address=:" + strconv.Itoa(layout.DatastoreHealthPort),
+		"--metrics-address=:" + strconv.Itoa(layout.DatastoreMetricsPort),
+		"--pod-dir=" + layout.DatastorePodDir,
 	}
 }
 
 // PublisherArgs is the kubeconfig publisher's command line.
 func PublisherArgs(c *v1beta1.Cluster) []string {
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	return []string{
 		"/usr/local/bin/datastore", "publish-kubeconfig",
-		"--kubeconfig-path=" + KubeconfigPath,
-		"--server-url=" + Endpoint(c),
+		"--kubeconfig-path=" + layout.KubeconfigPath,
+		"--server-url=" + layout.Endpoint(c),
 		"--namespace=" + c.Namespace,
 		"--secret-name=" + n.Kubeconfig,
-		"--token-path=" + ServerTokenPath,
+		"--token-path=" + layout.ServerTokenPath,
 		"--token-secret-name=" + n.Token,
-		"--health-address=:" + strconv.Itoa(PublisherHealthPort),
+		"--health-address=:" + strconv.Itoa(layout.PublisherHealthPort),
 		"--identity=$(POD_NAME)",
 	}
 }
@@ -444,7 +439,7 @@ func PublisherArgs(c *v1beta1.Cluster) []string {
 // ServerArgs is the k3s container's command line: the generated config file,
 // then the user's serverArgs, which k3s lets override it.
 func ServerArgs(c *v1beta1.Cluster) []string {
-	args := []string{"/bin/k3s", "server", "--config=" + ConfigPath}
+	args := []string{"/bin/k3s", "server", "--config=" + layout.ConfigPath}
 	return append(args, c.Spec.ServerArgs...)
 }
 
@@ -486,15 +481,15 @@ func datastoreSidecar(cfg Config) corev1.Container {
 		Command:         DatastoreArgs(),
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports: []corev1.ContainerPort{
-			{Name: "ds-health", ContainerPort: DatastoreHealthPort, Protocol: corev1.ProtocolTCP},
-			{Name: "ds-metrics", ContainerPort: DatastoreMetricsPort, Protocol: corev1.ProtocolTCP},
+			{Name: "ds-health", ContainerPort: layout.DatastoreHealthPort, Protocol: corev1.ProtocolTCP},
+			{Name: "ds-metrics", ContainerPort: layout.DatastoreMetricsPort, Protocol: corev1.ProtocolTCP},
 		},
-		StartupProbe:   httpProbe("/readyz", DatastoreHealthPort, 1, 300),
-		ReadinessProbe: httpProbe("/readyz", DatastoreHealthPort, 5, 3),
-		LivenessProbe:  httpProbe("/healthz", DatastoreHealthPort, 10, 6),
+		StartupProbe:   httpProbe("/readyz", layout.DatastoreHealthPort, 1, 300),
+		ReadinessProbe: httpProbe("/readyz", layout.DatastoreHealthPort, 5, 3),
+		LivenessProbe:  httpProbe("/healthz", layout.DatastoreHealthPort, 10, 6),
 		VolumeMounts: []corev1.VolumeMount{
-			mount(DataVolume, DatastoreDataDir, false, "datastore"),
-			mount(TmpVolume, DatastorePodDir, false, "datastore"),
+			mount(layout.DataVolume, layout.DatastoreDataDir, false, "datastore"),
+			mount(layout.TmpVolume, layout.DatastorePodDir, false, "datastore"),
 		},
 		SecurityContext: restrictedContext(true),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -507,7 +502,7 @@ func datastoreSidecar(cfg Config) corev1.Container {
 func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Container {
 	tcpProbe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(APIPort)}},
+			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(layout.APIPort)}},
 			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: 2,
 		}
 	}
@@ -517,16 +512,16 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         ServerArgs(c),
 		Env:             serverEnv(c),
-		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: APIPort, Protocol: corev1.ProtocolTCP}},
+		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: layout.APIPort, Protocol: corev1.ProtocolTCP}},
 		StartupProbe:    tcpProbe(1, 600),
 		ReadinessProbe:  serverReadinessProbe(),
 		LivenessProbe:   tcpProbe(10, 6),
 		VolumeMounts: []corev1.VolumeMount{
-			mount(DataVolume, K3sDataDir, false, "k3s"),
-			mount(ConfigVolume, ConfigDir, true, ""),
-			mount(KubeconfigVolume, KubeconfigDir, false, ""),
-			mount(TokenVolume, TokenDir, true, ""),
-			mount(TmpVolume, "/tmp", false, ""),
+			mount(layout.DataVolume, layout.K3sDataDir, false, "k3s"),
+			mount(layout.ConfigVolume, layout.ConfigDir, true, ""),
+			mount(layout.KubeconfigVolume, layout.KubeconfigDir, false, ""),
+			mount(layout.TokenVolume, layout.TokenDir, true, ""),
+			mount(layout.TmpVolume, "/tmp", false, ""),
 		},
 		SecurityContext: restrictedContext(false),
 	}
@@ -554,7 +549,7 @@ func serverEnv(c *v1beta1.Cluster) []corev1.EnvVar {
 // and liveness stay on the cheap TCP check: a slow API makes the pod unready,
 // it never gets the container restarted.
 func serverReadinessProbe() *corev1.Probe {
-	p := httpProbe("/readyz", PublisherHealthPort, 1, 3)
+	p := httpProbe("/readyz", layout.PublisherHealthPort, 1, 3)
 	p.TimeoutSeconds = 4 // the publisher's own request to /readyz times out after 3s
 	return p
 }
@@ -568,11 +563,11 @@ func publisherContainer(c *v1beta1.Cluster, cfg Config) corev1.Container {
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         PublisherArgs(c),
 		Env:             []corev1.EnvVar{podNameEnv()},
-		Ports:           []corev1.ContainerPort{{Name: "pub-health", ContainerPort: PublisherHealthPort, Protocol: corev1.ProtocolTCP}},
-		LivenessProbe:   httpProbe("/healthz", PublisherHealthPort, 10, 6),
+		Ports:           []corev1.ContainerPort{{Name: "pub-health", ContainerPort: layout.PublisherHealthPort, Protocol: corev1.ProtocolTCP}},
+		LivenessProbe:   httpProbe("/healthz", layout.PublisherHealthPort, 10, 6),
 		VolumeMounts: []corev1.VolumeMount{
-			mount(KubeconfigVolume, KubeconfigDir, true, ""),
-			mount(DataVolume, K3sDataDir, true, "k3s"),
+			mount(layout.KubeconfigVolume, layout.KubeconfigDir, true, ""),
+			mount(layout.DataVolume, layout.K3sDataDir, true, "k3s"),
 		},
 		SecurityContext: restrictedContext(true),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -616,27 +611,27 @@ func TemplateConfigHash(c *v1beta1.Cluster, s Settings) (string, error) {
 // or more while etcd members are being removed; see StatefulSetReplicas).
 // configHash is TemplateConfigHash's output.
 func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int32, configHash string) *appsv1.StatefulSet {
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	podLabels := serverLabels(c)
 	volumes := []corev1.Volume{
-		{Name: ConfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		{Name: layout.ConfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: n.ServerConfig},
 		}}},
-		{Name: KubeconfigVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: layout.KubeconfigVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: layout.TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		// Optional, so a server whose token Secret was deleted still starts and
 		// its publisher can restore the Secret from the server's own copy.
-		{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		{Name: layout.TokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: n.Token, Optional: ptr.To(true),
-			Items: []corev1.KeyToPath{{Key: SecretKeyToken, Path: SecretKeyToken}},
+			Items: []corev1.KeyToPath{{Key: layout.SecretKeyToken, Path: layout.SecretKeyToken}},
 		}}},
 	}
 	var claims []corev1.PersistentVolumeClaim
 	if s.Persistence == v1beta1.EphemeralPersistence {
-		volumes = append(volumes, corev1.Volume{Name: DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		volumes = append(volumes, corev1.Volume{Name: layout.DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	} else {
 		claims = []corev1.PersistentVolumeClaim{{
-			ObjectMeta: metav1.ObjectMeta{Name: DataVolume, Labels: serverLabels(c)},
+			ObjectMeta: metav1.ObjectMeta{Name: layout.DataVolume, Labels: serverLabels(c)},
 			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				StorageClassName: s.StorageClass,
@@ -654,7 +649,7 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 	case v1beta1.EtcdDatastore:
 		initContainers = append(initContainers, etcdSidecar(c, cfg))
 		volumes = append(volumes, etcdVolumes(c)...)
-		server.VolumeMounts = append(server.VolumeMounts, mount(EtcdTLSVolume, EtcdTLSDir, true, ""))
+		server.VolumeMounts = append(server.VolumeMounts, mount(layout.EtcdTLSVolume, layout.EtcdTLSDir, true, ""))
 	case v1beta1.ExternalDatastore:
 		check, extVolumes := externalServerPod(c, s, cfg, &server)
 		initContainers = append(initContainers, check...)

@@ -142,7 +142,7 @@ func TestEvenServersWithTheDefaultEtcdAreRefused(t *testing.T) {
 }
 
 func TestEtcdStatus(t *testing.T) {
-	ready := tokenState{true, ReasonTokenAvailable, "ok"}
+	ready := tokenState{true, v1beta1.ReasonTokenAvailable, "ok"}
 	s := Settings{Datastore: v1beta1.EtcdDatastore, Persistence: v1beta1.DynamicPersistence, Servers: 3}
 	reachable := func(id, leader uint64) etcd.MemberStatus {
 		return etcd.MemberStatus{Endpoint: "ep", Reachable: true, MemberID: id, Leader: leader}
@@ -160,7 +160,7 @@ func TestEtcdStatus(t *testing.T) {
 				observed: &etcd.Observed{Members: members, Leader: 1, Statuses: []etcd.MemberStatus{reachable(1, 1), reachable(2, 1), reachable(3, 1)}},
 				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
 			},
-			want:       map[string]string{ConditionDatastoreReady: ReasonQuorumHealthy, ConditionEtcdMembership: etcd.ReasonInSync, etcd.ConditionHealthy: etcd.ReasonHealthy},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumHealthy, v1beta1.ConditionEtcdMembership: etcd.ReasonInSync, etcd.ConditionHealthy: etcd.ReasonHealthy},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 3, Needed: 2},
 		},
 		{
@@ -169,7 +169,7 @@ func TestEtcdStatus(t *testing.T) {
 				observed: &etcd.Observed{Members: members, Leader: 1, Statuses: []etcd.MemberStatus{reachable(1, 1), reachable(2, 1)}},
 				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
 			},
-			want:       map[string]string{ConditionDatastoreReady: ReasonQuorumHealthy, etcd.ConditionHealthy: etcd.ReasonMemberUnreachable},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumHealthy, etcd.ConditionHealthy: etcd.ReasonMemberUnreachable},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 2, Needed: 2},
 		},
 		{
@@ -179,7 +179,7 @@ func TestEtcdStatus(t *testing.T) {
 				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
 				held:     []string{"k3k-demo-server-2: QuorumAtRisk"},
 			},
-			want:       map[string]string{ConditionDatastoreReady: ReasonQuorumLost, ConditionEtcdMembership: ReasonPodsWaitToLeave},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumLost, v1beta1.ConditionEtcdMembership: v1beta1.ReasonPodsWaitToLeave},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 0, Needed: 2},
 		},
 		{
@@ -189,12 +189,12 @@ func TestEtcdStatus(t *testing.T) {
 				action:    etcd.Action{Type: etcd.ActionPromoteLearner, Reason: etcd.ReasonLearnerCaughtUp},
 				actionErr: errors.New("not caught up"),
 			},
-			want: map[string]string{ConditionEtcdMembership: ReasonStepNotDone},
+			want: map[string]string{v1beta1.ConditionEtcdMembership: v1beta1.ReasonStepNotDone},
 		},
 		{
 			name: "nobody answers",
 			etcd: etcdState{observed: &etcd.Observed{Statuses: []etcd.MemberStatus{{Endpoint: "ep", Error: "refused"}}}, action: etcd.Action{Reason: etcd.ReasonClusterUnreachable}},
-			want: map[string]string{ConditionDatastoreReady: etcd.ReasonClusterUnreachable, etcd.ConditionHealthy: etcd.ReasonClusterUnreachable},
+			want: map[string]string{v1beta1.ConditionDatastoreReady: etcd.ReasonClusterUnreachable, etcd.ConditionHealthy: etcd.ReasonClusterUnreachable},
 		},
 	}
 	for _, tc := range cases {

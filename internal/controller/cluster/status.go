@@ -11,32 +11,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
-)
-
-// Condition types on a Cluster.
-const (
-	ConditionReady               = "Ready"
-	ConditionTokenReady          = "TokenReady"
-	ConditionDatastoreReady      = "DatastoreReady"
-	ConditionServersReady        = "ServersReady"
-	ConditionKubeconfigPublished = "KubeconfigPublished"
-)
-
-// Condition reasons. CamelCase, stable: tools and people match on them.
-const (
-	ReasonReady                = "Ready"
-	ReasonInvalidSpec          = "InvalidSpec"
-	ReasonNotReady             = "NotReady"
-	ReasonTokenAvailable       = "TokenAvailable"
-	ReasonTokenSecretNotFound  = "TokenSecretNotFound"
-	ReasonTokenAwaitingRestore = "TokenAwaitingRestore"
-	ReasonDatastoreServing     = "DatastoreServing"
-	ReasonDatastoreStarting    = "DatastoreStarting"
-	ReasonServersReady         = "ServersReady"
-	ReasonServersStarting      = "ServersStarting"
-	ReasonWaiting              = "Waiting"
-	ReasonInvalid              = "Invalid"
-	ReasonPublished            = "Published"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // tokenState is what the controller observed of the token Secret.
@@ -78,7 +53,7 @@ type observation struct {
 func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	st := v1beta1.ClusterStatus{
 		ObservedGeneration: c.Generation,
-		Endpoint:           Endpoint(c),
+		Endpoint:           layout.Endpoint(c),
 		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
 		PersistenceType:    o.settings.Persistence,
 		Datastore:          &v1beta1.DatastoreStatus{Type: o.settings.Datastore, RecoveryRequest: etcdRecoveryRequest(c, o)},
@@ -98,23 +73,23 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	}
 
 	if o.settingsErr != nil {
-		set(ConditionReady, false, ReasonInvalidSpec, o.settingsErr.Error())
+		set(v1beta1.ConditionReady, false, v1beta1.ReasonInvalidSpec, o.settingsErr.Error())
 		st.Phase = v1beta1.PhaseFailed
 		return st
 	}
 
-	set(ConditionTokenReady, o.token.ready, o.token.reason, o.token.message)
+	set(v1beta1.ConditionTokenReady, o.token.ready, o.token.reason, o.token.message)
 	ds := datastoreCondition(o)
-	set(ConditionDatastoreReady, ds.ok, ds.reason, ds.message)
+	set(v1beta1.ConditionDatastoreReady, ds.ok, ds.reason, ds.message)
 	srv := serversCondition(o)
-	set(ConditionServersReady, srv.ok, srv.reason, srv.message)
+	set(v1beta1.ConditionServersReady, srv.ok, srv.reason, srv.message)
 	kc := kubeconfigCondition(o)
-	set(ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
+	set(v1beta1.ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
 	// AgentsReady is reported but does not gate Ready: the virtual API serves
 	// without an agent, only workloads wait for it.
 	if o.agentWanted {
 		ag := agentsCondition(o.agent)
-		set(ConditionAgentsReady, ag.ok, ag.reason, ag.message)
+		set(v1beta1.ConditionAgentsReady, ag.ok, ag.reason, ag.message)
 	}
 	if o.settings.Datastore == v1beta1.EtcdDatastore {
 		for _, cond := range etcdConditions(o, c.Generation) {
@@ -126,17 +101,17 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 		}
 	}
 
-	ready := condResult{ok: true, reason: ReasonReady, message: "servers are ready and the kubeconfig is published"}
+	ready := condResult{ok: true, reason: v1beta1.ReasonReady, message: "servers are ready and the kubeconfig is published"}
 	for _, part := range []struct {
 		name string
 		r    condResult
-	}{{ConditionTokenReady, condResult{o.token.ready, o.token.reason, o.token.message}}, {ConditionDatastoreReady, ds}, {ConditionServersReady, srv}, {ConditionKubeconfigPublished, kc}} {
+	}{{v1beta1.ConditionTokenReady, condResult{o.token.ready, o.token.reason, o.token.message}}, {v1beta1.ConditionDatastoreReady, ds}, {v1beta1.ConditionServersReady, srv}, {v1beta1.ConditionKubeconfigPublished, kc}} {
 		if !part.r.ok {
-			ready = condResult{ok: false, reason: ReasonNotReady, message: fmt.Sprintf("%s: %s", part.name, part.r.message)}
+			ready = condResult{ok: false, reason: v1beta1.ReasonNotReady, message: fmt.Sprintf("%s: %s", part.name, part.r.message)}
 			break
 		}
 	}
-	set(ConditionReady, ready.ok, ready.reason, ready.message)
+	set(v1beta1.ConditionReady, ready.ok, ready.reason, ready.message)
 
 	switch {
 	case !c.DeletionTimestamp.IsZero():
@@ -174,21 +149,21 @@ func datastoreCondition(o observation) condResult {
 		}
 	}
 	if want := int(o.settings.Servers); ready >= want {
-		return condResult{true, ReasonDatastoreServing, fmt.Sprintf("%d/%d datastore sidecars ready", ready, want)}
+		return condResult{true, v1beta1.ReasonDatastoreServing, fmt.Sprintf("%d/%d datastore sidecars ready", ready, want)}
 	}
-	return condResult{false, ReasonDatastoreStarting, fmt.Sprintf("%d/%d datastore sidecars ready", ready, o.settings.Servers)}
+	return condResult{false, v1beta1.ReasonDatastoreStarting, fmt.Sprintf("%d/%d datastore sidecars ready", ready, o.settings.Servers)}
 }
 
 func serversCondition(o observation) condResult {
 	sts := o.statefulSet
 	if sts == nil {
-		return condResult{false, ReasonServersStarting, "the server StatefulSet does not exist yet"}
+		return condResult{false, v1beta1.ReasonServersStarting, "the server StatefulSet does not exist yet"}
 	}
 	want := o.settings.Servers
 	current := sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == want
 	msg := fmt.Sprintf("%d/%d servers ready", sts.Status.ReadyReplicas, want)
 	if current && sts.Status.ReadyReplicas >= want {
-		return condResult{true, ReasonServersReady, msg}
+		return condResult{true, v1beta1.ReasonServersReady, msg}
 	}
 	if !current {
 		msg += ", rollout in progress"
@@ -196,16 +171,16 @@ func serversCondition(o observation) condResult {
 	if b := firstBlocker(o.serverPods, o.claims); b != nil {
 		return condResult{false, b.reason, msg + "; " + b.message}
 	}
-	return condResult{false, ReasonServersStarting, msg}
+	return condResult{false, v1beta1.ReasonServersStarting, msg}
 }
 
 func kubeconfigCondition(o observation) condResult {
 	switch {
 	case len(o.kubeconfig) == 0 || errors.Is(o.kubeconfigErr, kubeconfig.ErrEmpty):
-		return condResult{false, ReasonWaiting, "waiting for the server to write its kubeconfig"}
+		return condResult{false, v1beta1.ReasonWaiting, "waiting for the server to write its kubeconfig"}
 	case o.kubeconfigErr != nil:
-		return condResult{false, ReasonInvalid, o.kubeconfigErr.Error()}
+		return condResult{false, v1beta1.ReasonInvalid, o.kubeconfigErr.Error()}
 	default:
-		return condResult{true, ReasonPublished, "the kubeconfig Secret holds a valid kubeconfig for the cluster's Service"}
+		return condResult{true, v1beta1.ReasonPublished, "the kubeconfig Secret holds a valid kubeconfig for the cluster's Service"}
 	}
 }
