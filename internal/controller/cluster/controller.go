@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,9 +65,17 @@ type Reconciler struct {
 // never waits: anything not ready yet is picked up again by the watches.
 type step func(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error)
 
+// namedStep is a step with the name a failure of it is reported under.
+type namedStep struct {
+	name string
+	run  step
+}
+
 // Reconcile brings one Cluster's host objects in line with its spec, then
-// records what it observed.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// records what it observed. Every exit after the Cluster was read observes
+// and writes the status (writeStatus, deferred), so a step that fails shows
+// on Ready (ReconcileError, naming the step) as well as being returned.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, err error) {
 	c := &v1beta1.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -76,44 +85,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	o := &observation{}
+	o.settings, o.settingsErr = Resolve(c, r.Config)
+	defer func() { err = r.writeStatus(ctx, c, o, err) }()
+
 	// Owned objects are removed by the garbage collector through their owner
 	// references, volumes by the StatefulSet's claim retention policy. The
 	// Cluster itself carries no finalizer; only etcd server pods do, released
 	// here so that a member leaves the cluster before its pod goes.
-	o := &observation{}
-	o.settings, o.settingsErr = Resolve(c, r.Config)
 	if !c.DeletionTimestamp.IsZero() {
-		if err := r.releaseEtcdPods(ctx, c.Namespace, c.Name); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, r.updateStatus(ctx, c, o)
+		o.deleting = true
+		return ctrl.Result{}, o.fail("releasing etcd server pods", r.releaseEtcdPods(ctx, c.Namespace, c.Name))
 	}
+	for _, s := range r.steps(o) {
+		res, err := s.run(ctx, c, o)
+		if err != nil {
+			return ctrl.Result{}, o.fail(s.name, err)
+		}
+		result = earliest(result, res)
+	}
+	return result, nil
+}
 
-	var result ctrl.Result
-	steps := []step{
-		r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileIsolation, r.reconcileServices,
-		r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
-		r.reconcileExternalSecret, r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
-	}
-	if o.settingsErr != nil && o.settings.Datastore == v1beta1.EtcdDatastore {
-		// An invalid spec changes nothing, but the server pods' etcd
-		// finalizers must still be let go, or deleted pods hang.
-		o.etcd.hold = true
-		steps = []step{r.reconcileEtcdPKI, r.reconcileEtcdMembers}
-	}
-	if o.settingsErr == nil || o.etcd.hold {
-		for _, s := range steps {
-			res, err := s(ctx, c, o)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			result = earliest(result, res)
+// steps are the ordered steps of this reconcile: none for an invalid spec,
+// except with etcd, whose server pods' finalizers must still be let go, or
+// deleted pods hang (o.etcd.hold: the invalid spec changes nothing else).
+func (r *Reconciler) steps(o *observation) []namedStep {
+	if o.settingsErr != nil {
+		if o.settings.Datastore != v1beta1.EtcdDatastore {
+			return nil
 		}
+		o.etcd.hold = true
+		return []namedStep{{"etcd certificates", r.reconcileEtcdPKI}, {"etcd members", r.reconcileEtcdMembers}}
 	}
-	if err := r.observe(ctx, c, o); err != nil {
-		return ctrl.Result{}, err
+	return []namedStep{
+		{"token", r.reconcileToken},
+		{"kubeconfig Secret", r.reconcileKubeconfigSecret},
+		{"server RBAC", r.reconcileRBAC},
+		{"isolation", r.reconcileIsolation},
+		{"Services", r.reconcileServices},
+		{"etcd certificates", r.reconcileEtcdPKI},
+		{"etcd roster", r.reconcileEtcdRoster},
+		{"etcd members", r.reconcileEtcdMembers},
+		{"external datastore Secret", r.reconcileExternalSecret},
+		{"servers", r.reconcileServers},
+		{"volume size", r.reconcileVolumeSize},
+		{"agent", r.reconcileAgent},
 	}
-	return result, r.updateStatus(ctx, c, o)
 }
 
 // reconcileToken makes sure the cluster token exists, generating it only for a
@@ -411,6 +429,20 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		o.kubeconfigErr = r.ValidateKubeconfig(o.kubeconfig, r.now())
 	}
 	return nil
+}
+
+// writeStatus observes and writes the status on the way out of Reconcile,
+// and returns stepErr (the reconcile's own error) joined with any error of its
+// own. A deleted Cluster is not observed: its status only says so. When
+// observing fails nothing is written: a status derived from half an
+// observation would report objects missing that are not.
+func (r *Reconciler) writeStatus(ctx context.Context, c *v1beta1.Cluster, o *observation, stepErr error) error {
+	if !o.deleting {
+		if err := r.observe(ctx, c, o); err != nil {
+			return errors.Join(stepErr, err)
+		}
+	}
+	return errors.Join(stepErr, r.updateStatus(ctx, c, o))
 }
 
 // updateStatus writes the status only when it differs from the stored one.

@@ -247,11 +247,10 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	}
 	o.etcd.action = etcd.Plan(observed, desired)
 	if err := etcd.Execute(ctx, cl, o.etcd.action); err != nil {
-		// etcd said "not yet" or could not be reached for the step: report it
-		// and look again soon; a reconcile error would hide it from the status.
+		// etcd said "not yet" or could not be reached for the step:
+		// EtcdMembership says StepNotDone, and the error retries it.
 		o.etcd.actionErr = err
-		log.FromContext(ctx).Info("etcd membership step not done", "action", o.etcd.action.Type, "error", err.Error())
-		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
+		return ctrl.Result{}, fmt.Errorf("etcd membership step %s: %w", o.etcd.action.Type, err)
 	}
 	if o.etcd.action.Type != etcd.ActionNone {
 		log.FromContext(ctx).Info("etcd membership step", "action", o.etcd.action.Type, "reason", o.etcd.action.Reason, "message", o.etcd.action.Message)
@@ -272,7 +271,8 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 // reconcile that finds it done, so that the roster keeps naming the request
 // until the status records it as handled (seen on a real node: a reconcile
 // that found it done republished the roster, then failed on a pod update
-// before writing status, and the next one refused the request it had done).
+// before writing status, and the next one refused the request it had done;
+// the status is now written on every exit, but that write can fail too).
 func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Cluster, observed etcd.Observed, o *observation) (bool, error) {
 	request := c.Annotations[v1beta1.AnnotationEtcdRecover]
 	if request == "" || o.etcd.hold || (c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest == request) {

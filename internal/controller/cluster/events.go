@@ -15,7 +15,7 @@ import (
 // failureReasons are condition reasons that mean something is wrong rather
 // than still in progress; their Events are Warnings.
 var failureReasons = map[string]bool{
-	v1beta1.ReasonInvalidSpec: true, v1beta1.ReasonInvalid: true, v1beta1.ReasonTokenSecretNotFound: true,
+	v1beta1.ReasonInvalidSpec: true, v1beta1.ReasonInvalid: true, v1beta1.ReasonTokenSecretNotFound: true, v1beta1.ReasonReconcileError: true,
 }
 
 // observeClaims reads the server volume claims while a server pod is not

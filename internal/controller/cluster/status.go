@@ -45,12 +45,60 @@ type observation struct {
 	// claims are the server volume claims by name, read only while a server
 	// pod is not ready (they explain why).
 	claims map[string]claimFacts
+	// deleting: the Cluster is being deleted; nothing is observed.
+	deleting bool
+	// failure is the step that failed in this reconcile; nil when none did.
+	failure *stepFailure
 }
 
-// computeStatus derives the Cluster's status from what was observed. It starts
-// from the current conditions only so that meta.SetStatusCondition keeps their
-// transition times when nothing changed.
+// stepFailure is a reconcile step that returned an error.
+type stepFailure struct {
+	step string
+	err  error
+}
+
+// fail records that step failed with err and returns err with the step's
+// name; a nil err records nothing and returns nil.
+func (o *observation) fail(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	o.failure = &stepFailure{step, err}
+	return fmt.Errorf("%s: %w", step, err)
+}
+
+// message is Ready's message for a failed step: the step and its
+// error, on one line. Step errors name objects and API errors, never a
+// Secret's content.
+func (f *stepFailure) message() string {
+	return clip(fmt.Sprintf("step %q failed: %v", f.step, f.err))
+}
+
+// computeStatus derives the Cluster's status from what was observed. A step
+// that failed in this reconcile overrides Ready (ReconcileError, whatever
+// else Ready would say) and keeps the phase from Ready.
 func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
+	st := observedStatus(c, o)
+	if o.failure == nil {
+		return st
+	}
+	msg := o.failure.message()
+	if o.settingsErr != nil {
+		msg += "; and the spec is invalid: " + o.settingsErr.Error()
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: v1beta1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonReconcileError, Message: msg, ObservedGeneration: c.Generation,
+	})
+	if st.Phase == v1beta1.PhaseReady {
+		st.Phase = v1beta1.PhaseProvisioning
+	}
+	return st
+}
+
+// observedStatus is the status what was observed says. It starts from the
+// current conditions only so that meta.SetStatusCondition keeps their
+// transition times when nothing changed.
+func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	st := v1beta1.ClusterStatus{
 		ObservedGeneration: c.Generation,
 		Endpoint:           layout.Endpoint(c),
