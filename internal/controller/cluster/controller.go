@@ -301,23 +301,17 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 	}
 	config, err := ServerConfig(c, o.settings)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
-	}
-	hash, err := TemplateConfigHash(c, o.settings)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
-	}
-	if err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
 		return ctrl.Result{}, err
 	}
-	replicas := o.settings.Servers
-	if paused(c, o.settings) {
-		replicas = 0 // the claims stay: whenScaled is Retain
+	if err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config.Data), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
+		return ctrl.Result{}, err
 	}
-	if etcdMode && exists {
-		replicas = etcdReplicas(c, o, ptr.Deref(sts.Spec.Replicas, 0))
+	var live *appsv1.StatefulSet
+	if exists {
+		live = sts
 	}
-	err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, replicas, hash), func(live, d *appsv1.StatefulSet) {
+	replicas := serverReplicas(c, o, live)
+	err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, replicas, config.Hash), func(live, d *appsv1.StatefulSet) {
 		// Selector, serviceName, podManagementPolicy and volumeClaimTemplates
 		// are immutable; volume growth is reconcileVolumeSize's job.
 		live.Spec.Replicas = d.Spec.Replicas

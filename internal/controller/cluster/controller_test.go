@@ -149,8 +149,8 @@ func TestReconcileCreatesTheServerObjects(t *testing.T) {
 	}
 	cm := &corev1.ConfigMap{}
 	get(t, c, n.ServerConfig, cm)
-	if cm.Data[layout.ConfigMapKeyConfig] != string(wantConfig) {
-		t.Fatalf("k3s config differs:\n got: %s\nwant: %s", cm.Data[layout.ConfigMapKeyConfig], wantConfig)
+	if cm.Data[layout.ConfigMapKeyConfig] != string(wantConfig.Data) {
+		t.Fatalf("k3s config differs:\n got: %s\nwant: %s", cm.Data[layout.ConfigMapKeyConfig], wantConfig.Data)
 	}
 
 	sts := &appsv1.StatefulSet{}

@@ -112,7 +112,7 @@ token-file: /etc/k3k/token/token
 write-kubeconfig: /var/lib/k3k/kubeconfig/kubeconfig.yaml
 write-kubeconfig-mode: "0600"
 `
-	if diff := cmp.Diff(want, string(got)); diff != "" {
+	if diff := cmp.Diff(want, string(got.Data)); diff != "" {
 		t.Fatalf("k3s config (-want +got):\n%s", diff)
 	}
 }

@@ -419,13 +419,5 @@ func lostMemberID(pod *corev1.Pod) uint64 {
 	return 0
 }
 
-// etcdReplicas is the StatefulSet's size for an etcd cluster.
-func etcdReplicas(c *v1beta1.Cluster, o *observation, current int32) int32 {
-	if o.etcd.observed == nil || !o.etcd.observed.AnyReachable() || len(o.etcd.observed.Members) == 0 {
-		return StatefulSetReplicas(o.settings.Servers, nil, false, current)
-	}
-	return StatefulSetReplicas(o.settings.Servers, memberOrdinals(c, *o.etcd.observed), true, current)
-}
-
 // EtcdDialer opens connections to etcd members; see Reconciler.EtcdDial.
 type EtcdDialer = func(ctx context.Context, addr string) (net.Conn, error)

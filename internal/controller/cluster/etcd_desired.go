@@ -3,8 +3,6 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -203,38 +201,4 @@ func etcdVolumes(c *v1beta1.Cluster) []corev1.Volume {
 			LocalObjectReference: corev1.LocalObjectReference{Name: n.EtcdRoster}, Optional: ptr.To(true),
 		}}},
 	}
-}
-
-// StatefulSetReplicas is how many server pods run with the etcd datastore. A
-// member is removed from etcd before its pod goes, so while members with an
-// ordinal at or above spec.servers remain, their pods keep running:
-// scaling down one removal at a time keeps quorum with every remaining pod up.
-// members are the ordinals of the listed members; known is false when no member
-// answered, and then the running count is kept (current).
-func StatefulSetReplicas(servers int32, members []int, known bool, current int32) int32 {
-	n := servers
-	if !known {
-		return max(n, current)
-	}
-	for _, i := range members {
-		n = max(n, int32(i)+1)
-	}
-	return n
-}
-
-// memberOrdinals maps the observed members to server pod ordinals: by name for
-// a member that has started, by peer URL for one that was added but has not.
-func memberOrdinals(c *v1beta1.Cluster, o etcd.Observed) []int {
-	var out []int
-	for _, m := range o.Members {
-		for i := range MaxServers {
-			p := EtcdPeer(c, i)
-			if m.Name == p.Name || (!m.Started() && slices.Contains(m.PeerURLs, p.PeerURL)) {
-				out = append(out, i)
-				break
-			}
-		}
-	}
-	sort.Ints(out)
-	return out
 }

@@ -77,12 +77,12 @@ func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.ExternalSecret = tc.keys
-			raw, err := ServerConfig(c, s)
+			config, err := ServerConfig(c, s)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var cfg map[string]any
-			if err := yaml.Unmarshal(raw, &cfg); err != nil {
+			if err := yaml.Unmarshal(config.Data, &cfg); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range []string{"datastore-endpoint", "datastore-cafile", "datastore-certfile", "datastore-keyfile"} {
@@ -92,7 +92,7 @@ func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 				}
 			}
 
-			pod := DesiredStatefulSet(c, s, testConfig, 1, ConfigHash(raw)).Spec.Template.Spec
+			pod := DesiredStatefulSet(c, s, testConfig, 1, config.Hash).Spec.Template.Spec
 			if len(pod.InitContainers) != 1 || pod.InitContainers[0].Name != layout.ExternalCheckContainer {
 				t.Fatalf("init containers %v, want only the datastore check", pod.InitContainers)
 			}

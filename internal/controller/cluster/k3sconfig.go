@@ -91,9 +91,25 @@ var disabledComponents = []string{"servicelb", "traefik", "metrics-server", "loc
 // no agent tunnel, the apiserver dials from its own pod).
 var apiServerArgs = []string{"enable-aggregator-routing=true"}
 
-// ServerConfig renders the k3s configuration file for c's servers. User
-// serverArgs are not here: they go on the command line, after it, so they win.
-func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
+// ServerConfigFile is the k3s configuration file of a Cluster's servers,
+// with its fingerprint on the pod template.
+type ServerConfigFile struct {
+	// Data is the file, the server ConfigMap's config.yaml.
+	Data []byte
+	// Hash goes on the pod template (AnnotationConfigHash), so a change rolls
+	// the servers. With etcd the list of member endpoints is left out (the
+	// file is hashed as for one member): scaling changes it, and rolling every
+	// server on each scale step would cost quorum margin for nothing, since
+	// k3s's etcd client fails over to whichever listed member answers and a
+	// restarted server reads the current list.
+	Hash string
+}
+
+// ServerConfig renders the k3s configuration file for c's servers and its
+// hash, the one place both come from; a reconcile renders it once and passes
+// it down. User serverArgs are not here: they go on the command line, after
+// it, so they win.
+func ServerConfig(c *v1beta1.Cluster, s Settings) (ServerConfigFile, error) {
 	cfg := k3sConfig{
 		DataDir:             layout.K3sDataDir,
 		DisableAgent:        true,
@@ -115,35 +131,29 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) ([]byte, error) {
 	case v1beta1.SQLiteDatastore:
 		cfg.DatastoreEndpoint = fmt.Sprintf("http://127.0.0.1:%d", layout.DatastoreClientPort)
 	case v1beta1.EtcdDatastore:
-		cfg.DatastoreEndpoint = etcdEndpoints(c, s.Servers)
+		cfg.DatastoreEndpoint = etcdEndpoints(c, 1) // as hashed; the file lists every member
 		cfg.DatastoreCAFile, cfg.DatastoreCertFile, cfg.DatastoreKeyFile = layout.EtcdCAPath, layout.EtcdCertPath, layout.EtcdKeyPath
 	case v1beta1.ExternalDatastore:
 		externalDatastoreConfig(&cfg, c, s)
 	}
-	return yaml.Marshal(cfg)
+	hashed, err := yaml.Marshal(cfg)
+	if err != nil {
+		return ServerConfigFile{}, fmt.Errorf("rendering k3s config: %w", err)
+	}
+	data := hashed
+	if s.Datastore == v1beta1.EtcdDatastore && s.Servers != 1 {
+		cfg.DatastoreEndpoint = etcdEndpoints(c, s.Servers)
+		if data, err = yaml.Marshal(cfg); err != nil {
+			return ServerConfigFile{}, fmt.Errorf("rendering k3s config: %w", err)
+		}
+	}
+	return ServerConfigFile{Data: data, Hash: ConfigHash(hashed)}, nil
 }
 
-// ConfigHash fingerprints the generated k3s configuration; it goes on the pod
-// template so a change rolls the servers.
+// ConfigHash fingerprints a rendered k3s configuration.
 func ConfigHash(config []byte) string {
 	sum := sha256.Sum256(config)
 	return hex.EncodeToString(sum[:8])
-}
-
-// TemplateConfigHash is the ConfigHash put on the pod template. With etcd the
-// list of member endpoints is left out: scaling changes it, and rolling every
-// server on each scale step would cost quorum margin for nothing, since k3s's
-// etcd client fails over to whichever listed member answers and a restarted
-// server reads the current list.
-func TemplateConfigHash(c *v1beta1.Cluster, s Settings) (string, error) {
-	if s.Datastore == v1beta1.EtcdDatastore {
-		s.Servers = 1
-	}
-	config, err := ServerConfig(c, s)
-	if err != nil {
-		return "", err
-	}
-	return ConfigHash(config), nil
 }
 
 // DesiredServerConfigMap holds the generated k3s configuration file.

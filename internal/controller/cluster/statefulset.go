@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/layout"
 )
 
@@ -21,7 +23,7 @@ import (
 
 // DesiredStatefulSet is the server StatefulSet running replicas pods (spec.servers,
 // or more while etcd members are being removed; see StatefulSetReplicas).
-// configHash is TemplateConfigHash's output.
+// configHash is ServerConfig's Hash.
 func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int32, configHash string) *appsv1.StatefulSet {
 	n := layout.NamesFor(c)
 	podLabels := serverLabels(c)
@@ -287,4 +289,57 @@ func podNameEnv() corev1.EnvVar {
 	return corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
 	}}
+}
+
+// serverReplicas is the one place the server StatefulSet's size is decided:
+// spec.servers; none while paused (the claims stay: whenScaled is Retain);
+// with etcd, once the StatefulSet exists (live), as many as StatefulSetReplicas
+// keeps for the members still listed.
+func serverReplicas(c *v1beta1.Cluster, o *observation, live *appsv1.StatefulSet) int32 {
+	if o.settings.Datastore == v1beta1.EtcdDatastore && live != nil {
+		current := ptr.Deref(live.Spec.Replicas, 0)
+		observed := o.etcd.observed
+		if observed == nil || !observed.AnyReachable() || len(observed.Members) == 0 {
+			return StatefulSetReplicas(o.settings.Servers, nil, false, current)
+		}
+		return StatefulSetReplicas(o.settings.Servers, memberOrdinals(c, *observed), true, current)
+	}
+	if paused(c, o.settings) {
+		return 0
+	}
+	return o.settings.Servers
+}
+
+// StatefulSetReplicas is how many server pods run with the etcd datastore. A
+// member is removed from etcd before its pod goes, so while members with an
+// ordinal at or above spec.servers remain, their pods keep running:
+// scaling down one removal at a time keeps quorum with every remaining pod up.
+// members are the ordinals of the listed members; known is false when no member
+// answered, and then the running count is kept (current).
+func StatefulSetReplicas(servers int32, members []int, known bool, current int32) int32 {
+	n := servers
+	if !known {
+		return max(n, current)
+	}
+	for _, i := range members {
+		n = max(n, int32(i)+1)
+	}
+	return n
+}
+
+// memberOrdinals maps the observed members to server pod ordinals: by name for
+// a member that has started, by peer URL for one that was added but has not.
+func memberOrdinals(c *v1beta1.Cluster, o etcd.Observed) []int {
+	var out []int
+	for _, m := range o.Members {
+		for i := range MaxServers {
+			p := EtcdPeer(c, i)
+			if m.Name == p.Name || (!m.Started() && slices.Contains(m.PeerURLs, p.PeerURL)) {
+				out = append(out, i)
+				break
+			}
+		}
+	}
+	sort.Ints(out)
+	return out
 }
