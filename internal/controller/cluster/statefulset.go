@@ -21,12 +21,11 @@ import (
 // kubeconfig publisher), their command lines, and its size. Pure, like
 // desired.go.
 
-// DesiredStatefulSet is the server StatefulSet running replicas pods (spec.servers,
-// or more while etcd members are being removed; see StatefulSetReplicas).
-// configHash is ServerConfig's Hash.
-func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int32, configHash string) *appsv1.StatefulSet {
+// serverVolumes are the volumes every server pod has, whatever its
+// datastore, and the data volume's claim template (none when ephemeral: the
+// data volume is then an emptyDir).
+func serverVolumes(c *v1beta1.Cluster, s Settings) ([]corev1.Volume, []corev1.PersistentVolumeClaim) {
 	n := layout.NamesFor(c)
-	podLabels := serverLabels(c)
 	volumes := []corev1.Volume{
 		{Name: layout.ConfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: n.ServerConfig},
@@ -40,21 +39,28 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 			Items: []corev1.KeyToPath{{Key: layout.SecretKeyToken, Path: layout.SecretKeyToken}},
 		}}},
 	}
-	var claims []corev1.PersistentVolumeClaim
 	if s.Persistence == v1beta1.EphemeralPersistence {
-		volumes = append(volumes, corev1.Volume{Name: layout.DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	} else {
-		claims = []corev1.PersistentVolumeClaim{{
-			ObjectMeta: metav1.ObjectMeta{Name: layout.DataVolume, Labels: serverLabels(c)},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				StorageClassName: s.StorageClass,
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceStorage: s.StorageSize,
-				}},
-			},
-		}}
+		return append(volumes, corev1.Volume{Name: layout.DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}), nil
 	}
+	return volumes, []corev1.PersistentVolumeClaim{{
+		ObjectMeta: metav1.ObjectMeta{Name: layout.DataVolume, Labels: serverLabels(c)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: s.StorageClass,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: s.StorageSize,
+			}},
+		},
+	}}
+}
+
+// DesiredStatefulSet is the server StatefulSet running replicas pods (spec.servers,
+// or more while etcd members are being removed; see StatefulSetReplicas).
+// configHash is ServerConfig's Hash.
+func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int32, configHash string) *appsv1.StatefulSet {
+	n := layout.NamesFor(c)
+	podLabels := serverLabels(c)
+	volumes, claims := serverVolumes(c, s)
 	var initContainers []corev1.Container
 	server := serverContainer(c, s, cfg)
 	switch s.Datastore {
