@@ -75,7 +75,7 @@ for name in "${names[@]}"; do
   case "$name" in
     controller) product k3k-controller cmd/controller k3k-controller ;;
     # The controller runs the sidecar and the publisher as /usr/local/bin/datastore
-    # (internal/controller/cluster/desired.go DatastoreArgs, PublisherArgs).
+    # (internal/controller/cluster/statefulset.go DatastoreArgs, PublisherArgs).
     datastore) product k3k-datastore cmd/datastore k3k-datastore /usr/local/bin/datastore ;;
     # The agent Deployment runs /usr/local/bin/kubelet (cluster.AgentBinary).
     kubelet) product k3k-kubelet cmd/kubelet k3k-kubelet /usr/local/bin/kubelet ;;

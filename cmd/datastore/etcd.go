@@ -21,6 +21,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/datastore"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // rosterPollInterval is how often a member waiting to be added re-reads the
@@ -69,8 +70,8 @@ the metrics address serves /metrics (etcd's own metrics and k3k's).`,
 	f.StringVar(&o.caFile, "ca-file", "", "cluster CA certificate (required)")
 	f.StringVar(&o.certFile, "cert-file", "", "member certificate, server and client usage (required)")
 	f.StringVar(&o.keyFile, "key-file", "", "member key (required)")
-	f.StringVar(&o.healthAddress, "health-address", "0.0.0.0:2381", "host:port for /healthz, /readyz and /status")
-	f.StringVar(&o.metricsAddress, "metrics-address", "0.0.0.0:2382", "host:port for /metrics")
+	f.StringVar(&o.healthAddress, "health-address", fmt.Sprintf("0.0.0.0:%d", layout.DatastoreHealthPort), "host:port for /healthz, /readyz and /status")
+	f.StringVar(&o.metricsAddress, "metrics-address", fmt.Sprintf("0.0.0.0:%d", layout.DatastoreMetricsPort), "host:port for /metrics")
 	f.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log",
 		"file the data-lost marker is written to, for the controller to read from the pod's status (empty: none)")
 	f.Int64Var(&o.quotaBytes, "quota-backend-bytes", 0, "database size that raises NOSPACE (0: etcd's default, 2 GiB)")

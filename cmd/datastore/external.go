@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/k3k-io/k3k/pkg/datastore/external"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 type checkExternalOptions struct {
@@ -52,7 +53,7 @@ the password or the endpoint as given.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.endpointEnv, "endpoint-env", "K3S_DATASTORE_ENDPOINT", "environment variable holding the endpoint")
+	f.StringVar(&o.endpointEnv, "endpoint-env", layout.ExternalEndpointEnv, "environment variable holding the endpoint")
 	f.StringVar(&o.caFile, "cafile", "", "CA file, as k3s's --datastore-cafile")
 	f.StringVar(&o.certFile, "certfile", "", "client certificate, as k3s's --datastore-certfile")
 	f.StringVar(&o.keyFile, "keyfile", "", "client key, as k3s's --datastore-keyfile")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/k3k-io/k3k/internal/hostclient"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/publisher"
 )
 
@@ -72,7 +73,7 @@ is the k3s container's readiness probe, since k3s refuses anonymous requests.`,
 	f.StringVar(&o.secretName, "secret-name", "", "Secret to publish the kubeconfig in (required)")
 	f.StringVar(&o.tokenPath, "token-path", "", "the server's token file (<data-dir>/server/token); empty disables token restoring")
 	f.StringVar(&o.tokenSecretName, "token-secret-name", "", "Secret holding the cluster token, restored from --token-path when empty")
-	f.StringVar(&o.healthAddress, "health-address", ":2383", "host:port for /healthz (the publisher's liveness) and /readyz (the server API's readiness)")
+	f.StringVar(&o.healthAddress, "health-address", fmt.Sprintf(":%d", layout.PublisherHealthPort), "host:port for /healthz (the publisher's liveness) and /readyz (the server API's readiness)")
 	f.StringVar(&o.clientConfig, "kubeconfig", "", "kubeconfig for the host cluster; default: the pod's ServiceAccount")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often to check the Secrets without a change on disk")
 	f.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"),

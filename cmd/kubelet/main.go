@@ -39,6 +39,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 type options struct {
@@ -95,15 +96,15 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.StringVar(&o.hostNamespace, "host-namespace", os.Getenv("POD_NAMESPACE"), "host namespace the pods run in (default $POD_NAMESPACE)")
 	f.StringVar(&o.nodeName, "node-name", "", "name of the virtual node (default k3k-<cluster-name>-kubelet)")
 	f.StringVar(&o.nodeIP, "node-ip", os.Getenv("POD_IP"), "address reported for the node (default $POD_IP)")
-	f.StringVar(&o.credentialsDir, "credentials-dir", "/var/lib/k3k/credentials", "where the kubeconfig Secret is mounted")
-	f.StringVar(&o.healthAddress, "health-address", ":10248", "host:port for /healthz and /readyz")
+	f.StringVar(&o.credentialsDir, "credentials-dir", layout.AgentCredentialsDir, "where the kubeconfig Secret is mounted")
+	f.StringVar(&o.healthAddress, "health-address", fmt.Sprintf(":%d", layout.AgentHealthPort), "host:port for /healthz and /readyz")
 	f.StringVar(&o.hostKubeconfig, "kubeconfig", "", "kubeconfig for the host cluster; default: the pod's ServiceAccount")
 	f.StringVar(&o.clusterDNS, "cluster-dns", "", "nameserver for ClusterFirst pods; empty keeps the host's DNS")
 	f.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "the virtual cluster's DNS domain")
 	f.StringVar(&o.apiServerService, "api-server-service", "", "the cluster's API Service in the host namespace; pods get its name and ClusterIP as KUBERNETES_SERVICE_HOST instead of the host API's. Empty: the host kubelet's values stay")
 	f.StringVar(&o.dnsService, "dns-service", "", "the cluster's DNS Service in the host namespace: pods with dnsPolicy ClusterFirst use its ClusterIP as nameserver, and the agent answers behind it on --dns-port. Overrides --cluster-dns")
-	f.IntVar(&o.dnsPort, "dns-port", 5353, "port (UDP and TCP) of the agent's DNS server, started with --dns-service")
-	f.Int32Var(&o.kubeletPort, "kubelet-port", 10250, "port of the kubelet API (logs, exec, attach, port-forward), advertised in the node status; 0 disables it")
+	f.IntVar(&o.dnsPort, "dns-port", layout.AgentDNSPort, "port (UDP and TCP) of the agent's DNS server, started with --dns-service")
+	f.Int32Var(&o.kubeletPort, "kubelet-port", layout.AgentKubeletPort, "port of the kubelet API (logs, exec, attach, port-forward), advertised in the node status; 0 disables it")
 	f.StringVar(&o.cpu, "capacity-cpu", "8", "CPU capacity the node reports")
 	f.StringVar(&o.memory, "capacity-memory", "32Gi", "memory capacity the node reports")
 	f.StringVar(&o.pods, "capacity-pods", "110", "pod capacity the node reports")
@@ -121,7 +122,7 @@ func agentConfig(o options) (agent.Config, error) {
 		return agent.Config{}, errors.New("--host-namespace (or $POD_NAMESPACE) is required")
 	}
 	if o.nodeName == "" {
-		o.nodeName = "k3k-" + o.clusterName + "-kubelet"
+		o.nodeName = layout.AgentName(o.clusterName)
 	}
 	if _, err := podsecurity.New(o.podSecurityLevel); err != nil {
 		return agent.Config{}, fmt.Errorf("--pod-security-level: %w", err)

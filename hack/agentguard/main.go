@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
@@ -106,7 +107,7 @@ func (t template) render() (string, error) {
 		for from, to := range t.replace {
 			doc = strings.ReplaceAll(doc, from, to)
 		}
-		labels := "  labels:\n    " + cluster.LabelManagedBy + ": " + cluster.ManagedByValue + "\n"
+		labels := "  labels:\n    " + v1beta1.LabelManagedBy + ": " + v1beta1.ManagedByValue + "\n"
 		if !strings.Contains(doc, labels) {
 			return "", fmt.Errorf("labels block not found in:\n%s", doc)
 		}

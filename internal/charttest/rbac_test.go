@@ -26,6 +26,7 @@ import (
 	"github.com/k3k-io/k3k/internal/controller/cluster"
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // serviceAccountUser is how the API server names the chart's ServiceAccount.
@@ -113,7 +114,7 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 			if err := k8s.Create(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
-			n, iso := cluster.NamesFor(c), cluster.IsolationNamesFor(c)
+			n, iso := layout.NamesFor(c), cluster.IsolationNamesFor(c)
 			waitFor(t, "the controller to build the cluster as its ServiceAccount", func() error {
 				for _, o := range []client.Object{
 					&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n.Token}},
@@ -127,9 +128,9 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 					&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: n.Ingress}},
 					// The agent: bound to the agent ClusterRole, which the
 					// controller may bind but does not hold.
-					&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
-					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
-					&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: cluster.AgentName(c)}},
+					&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: layout.AgentName(c.Name)}},
+					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.AgentName(c.Name)}},
+					&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: layout.AgentName(c.Name)}},
 					// Isolation: quota, limits and the three policies.
 					&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: iso.Quota}},
 					&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: iso.LimitRange}},

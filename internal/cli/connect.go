@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // connectAddress is where connect listens: loopback only, so the forwarded
@@ -116,7 +116,7 @@ func runConnect(ctx context.Context, o Options, s *session, f *connectFlags, nam
 		first.stop()
 		return err
 	}
-	fmt.Fprintf(o.Err, "forwarding %s to %s/%s port %d through the host API server; press Ctrl-C to stop\n", server, c.Namespace, pod.Name, cluster.APIPort)
+	fmt.Fprintf(o.Err, "forwarding %s to %s/%s port %d through the host API server; press Ctrl-C to stop\n", server, c.Namespace, pod.Name, layout.APIPort)
 
 	cur := first
 	for {
@@ -213,7 +213,7 @@ func handOut(o Options, paths *clientcmd.PathOptions, m *mergeFlags, output stri
 func readyServerPod(ctx context.Context, s *session, c *v1beta1.Cluster) (*corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := s.client.List(ctx, pods, client.InNamespace(c.Namespace),
-		client.MatchingLabels{cluster.LabelCluster: c.Name, cluster.LabelComponent: cluster.ComponentServer}); err != nil {
+		client.MatchingLabels{v1beta1.LabelCluster: c.Name, v1beta1.LabelComponent: v1beta1.ComponentServer}); err != nil {
 		return nil, apiErr(err, "listing the server pods of cluster "+c.Namespace+"/"+c.Name)
 	}
 	return pickReadyPod(pods.Items), nil
@@ -283,7 +283,7 @@ func (fw *forwarder) start(ctx context.Context, namespace, pod string, localPort
 	})
 	fctx, cancel := context.WithCancel(ctx)
 	ready := make(chan struct{})
-	ports := []string{fmt.Sprintf("%d:%d", localPort, cluster.APIPort)}
+	ports := []string{fmt.Sprintf("%d:%d", localPort, layout.APIPort)}
 	pf, err := portforward.NewOnAddressesForStreamingWithContext(fctx, dialer, []string{connectAddress}, ports, ready, io.Discard, io.Discard)
 	if err != nil {
 		cancel()

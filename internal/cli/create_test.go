@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func TestCreateStoresTheClusterTheFlagsAskFor(t *testing.T) {
@@ -107,14 +107,14 @@ func playController(t *testing.T, ns, name string, nodePort int32, provisioningS
 		c = &v1beta1.Cluster{}
 		return k8s.Get(ctx, keyOf(ns, name), c)
 	})
-	setStatus(t, c, v1beta1.PhaseProvisioning, metav1.Condition{Type: cluster.ConditionServersReady, Status: metav1.ConditionFalse, Reason: cluster.ReasonServersStarting},
-		metav1.Condition{Type: cluster.ConditionKubeconfigPublished, Status: metav1.ConditionFalse, Reason: cluster.ReasonWaiting})
+	setStatus(t, c, v1beta1.PhaseProvisioning, metav1.Condition{Type: v1beta1.ConditionServersReady, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonServersStarting},
+		metav1.Condition{Type: v1beta1.ConditionKubeconfigPublished, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonWaiting})
 	if provisioningSeen != nil {
 		eventually(t, "the CLI to show the Provisioning state", provisioningSeen)
 	}
 
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: cluster.NamesFor(c).Service, Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: layout.NamesFor(c).Service, Namespace: ns},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "x"},
 			Ports: []corev1.ServicePort{{Name: "https", Port: 443, NodePort: nodePort}}},
 	}
@@ -127,16 +127,16 @@ func playController(t *testing.T, ns, name string, nodePort int32, provisioningS
 	}
 	raw, admin := kc.Data, kc.Admin
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: cluster.NamesFor(c).Kubeconfig, Namespace: ns},
-		Data:       map[string][]byte{cluster.SecretKeyKubeconfig: raw},
+		ObjectMeta: metav1.ObjectMeta{Name: layout.NamesFor(c).Kubeconfig, Namespace: ns},
+		Data:       map[string][]byte{layout.SecretKeyKubeconfig: raw},
 	}
 	if err := k8s.Create(ctx, secret); err != nil {
 		t.Fatalf("creating the kubeconfig Secret: %v", err)
 	}
 	c = getCluster(t, ns, name)
-	setStatus(t, c, v1beta1.PhaseReady, metav1.Condition{Type: cluster.ConditionServersReady, Status: metav1.ConditionTrue, Reason: cluster.ReasonServersReady},
-		metav1.Condition{Type: cluster.ConditionKubeconfigPublished, Status: metav1.ConditionTrue, Reason: cluster.ReasonPublished},
-		metav1.Condition{Type: cluster.ConditionReady, Status: metav1.ConditionTrue, Reason: cluster.ReasonReady})
+	setStatus(t, c, v1beta1.PhaseReady, metav1.Condition{Type: v1beta1.ConditionServersReady, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonServersReady},
+		metav1.Condition{Type: v1beta1.ConditionKubeconfigPublished, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonPublished},
+		metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonReady})
 	return admin.Cert
 }
 
@@ -234,8 +234,8 @@ func TestCreateReportsAFailedClusterWithExitCode4(t *testing.T) {
 		c = &v1beta1.Cluster{}
 		return k8s.Get(context.Background(), keyOf(ns, "broken"), c)
 	})
-	setStatus(t, c, v1beta1.PhaseFailed, metav1.Condition{Type: cluster.ConditionReady, Status: metav1.ConditionFalse,
-		Reason: cluster.ReasonInvalidSpec, Message: "storage class slow does not exist"})
+	setStatus(t, c, v1beta1.PhaseFailed, metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: v1beta1.ReasonInvalidSpec, Message: "storage class slow does not exist"})
 	r := <-done
 	if r.code != ExitClusterFailed {
 		t.Fatalf("exit code %d, want %d", r.code, ExitClusterFailed)

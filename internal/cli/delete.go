@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 type deleteFlags struct {
@@ -81,7 +81,7 @@ func runDelete(ctx context.Context, o Options, s *session, f *deleteFlags, name 
 	switch {
 	case retained && !ephemeral(c):
 		fmt.Fprintf(o.Out, "cluster %s/%s deleted; its volumes are kept: create a cluster named %s in %s to use them again, or delete the PersistentVolumeClaims labelled %s=%s\n",
-			key.Namespace, key.Name, key.Name, key.Namespace, cluster.LabelCluster, key.Name)
+			key.Namespace, key.Name, key.Name, key.Namespace, v1beta1.LabelCluster, key.Name)
 	default:
 		fmt.Fprintf(o.Out, "cluster %s/%s deleted with its data\n", key.Namespace, key.Name)
 	}
@@ -127,7 +127,7 @@ func retainVolumes(ctx context.Context, o Options, s *session, c *v1beta1.Cluste
 // volumesNotRetained says what still stands between the cluster and its
 // volumes surviving its deletion; "" when nothing does.
 func volumesNotRetained(ctx context.Context, s *session, c *v1beta1.Cluster) (string, error) {
-	names := cluster.NamesFor(c)
+	names := layout.NamesFor(c)
 	sts := &appsv1.StatefulSet{}
 	err := s.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: names.StatefulSet}, sts)
 	switch {
@@ -142,7 +142,7 @@ func volumesNotRetained(ctx context.Context, s *session, c *v1beta1.Cluster) (st
 		}
 	}
 	claims := &corev1.PersistentVolumeClaimList{}
-	if err := s.client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{cluster.LabelCluster: c.Name}); err != nil {
+	if err := s.client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1beta1.LabelCluster: c.Name}); err != nil {
 		return "", apiErr(err, "listing the server volumes of cluster "+c.Namespace+"/"+c.Name)
 	}
 	for _, pvc := range claims.Items {

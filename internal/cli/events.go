@@ -9,7 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 // clusterWarnings prints the Warning Events on a Cluster as they appear while
@@ -35,7 +34,7 @@ func (w *clusterWarnings) print(ctx context.Context, o Options, s *session, c *v
 		w.seen = map[string]bool{}
 	}
 	for _, e := range events.Items {
-		if e.Type != corev1.EventTypeWarning || cluster.IsBlockingReason(e.Reason) {
+		if e.Type != corev1.EventTypeWarning || v1beta1.IsBlockingReason(e.Reason) {
 			continue
 		}
 		key := e.Reason + "\x00" + e.Message

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // errNotYet marks what a starting cluster does not have yet (its kubeconfig
@@ -106,7 +106,7 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 // the user: server address per spec.expose (or server when given), names
 // k3k-NAMESPACE-NAME so it merges with other kubeconfigs.
 func fetchKubeconfig(ctx context.Context, s *session, c *v1beta1.Cluster, server string) (*readyCluster, error) {
-	names := cluster.NamesFor(c)
+	names := layout.NamesFor(c)
 	secret := &corev1.Secret{}
 	err := s.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: names.Kubeconfig}, secret)
 	switch {
@@ -114,7 +114,7 @@ func fetchKubeconfig(ctx context.Context, s *session, c *v1beta1.Cluster, server
 		return nil, notYet("kubeconfig Secret " + names.Kubeconfig + " not published yet")
 	case err != nil:
 		return nil, apiErr(err, fmt.Sprintf("getting Secret %s/%s", c.Namespace, names.Kubeconfig))
-	case len(secret.Data[cluster.SecretKeyKubeconfig]) == 0:
+	case len(secret.Data[layout.SecretKeyKubeconfig]) == 0:
 		return nil, notYet("kubeconfig Secret " + names.Kubeconfig + " is still empty")
 	}
 	a := access{server: server}
@@ -124,7 +124,7 @@ func fetchKubeconfig(ctx context.Context, s *session, c *v1beta1.Cluster, server
 		}
 	}
 	name := contextName(c)
-	creds, out, err := renderKubeconfig(secret.Data[cluster.SecretKeyKubeconfig], a.server, name)
+	creds, out, err := renderKubeconfig(secret.Data[layout.SecretKeyKubeconfig], a.server, name)
 	if err != nil {
 		return nil, &Error{Code: ExitError, Msg: fmt.Sprintf("reading Secret %s/%s", c.Namespace, names.Kubeconfig), Err: err,
 			Hint: "the published kubeconfig is damaged; the server pod's publisher rewrites it when it changes, see its logs"}
@@ -141,7 +141,7 @@ func resolveAccess(ctx context.Context, s *session, c *v1beta1.Cluster) (access,
 		return access{server: "https://" + e.Ingress.Host}, nil
 	case e != nil && (e.NodePort != nil || e.LoadBalancer != nil):
 		svc := &corev1.Service{}
-		name := cluster.NamesFor(c).Service
+		name := layout.NamesFor(c).Service
 		if err := s.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, svc); err != nil {
 			if apierrors.IsNotFound(err) {
 				return access{}, notYet("Service " + name + " not created yet")
@@ -152,7 +152,7 @@ func resolveAccess(ctx context.Context, s *session, c *v1beta1.Cluster) (access,
 	}
 	endpoint := c.Status.Endpoint
 	if endpoint == "" {
-		endpoint = cluster.Endpoint(c)
+		endpoint = layout.Endpoint(c)
 	}
 	return access{server: endpoint, inClusterOnly: true, note: fmt.Sprintf(
 		"the cluster is not exposed, so %s works only inside the host cluster; from here run k3kcli cluster connect %s -n %s --merge (it forwards a local port through the host API server)",
@@ -165,7 +165,7 @@ func resolveAccess(ctx context.Context, s *session, c *v1beta1.Cluster) (access,
 func serviceAccess(svc *corev1.Service, e *v1beta1.ExposeConfig, host string) (access, error) {
 	var port corev1.ServicePort
 	for _, p := range svc.Spec.Ports {
-		if p.TargetPort.IntValue() == cluster.APIPort || p.Port == cluster.ServicePort || len(svc.Spec.Ports) == 1 {
+		if p.TargetPort.IntValue() == layout.APIPort || p.Port == layout.ServicePort || len(svc.Spec.Ports) == 1 {
 			port = p
 			break
 		}

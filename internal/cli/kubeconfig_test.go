@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // publishKubeconfig writes a k3s-style kubeconfig into the cluster's Secret,
@@ -25,7 +25,7 @@ func publishKubeconfig(t *testing.T, ns, name string) {
 	}
 	raw := kc.Data
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "k3k-" + name + "-kubeconfig", Namespace: ns},
-		Data: map[string][]byte{cluster.SecretKeyKubeconfig: raw}}
+		Data: map[string][]byte{layout.SecretKeyKubeconfig: raw}}
 	if err := k8s.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestKubeconfigGetKeepsADamagedSecretOutOfTheError(t *testing.T) {
 		t.Fatal("create failed")
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "k3k-bad-kubeconfig", Namespace: ns},
-		Data: map[string][]byte{cluster.SecretKeyKubeconfig: []byte("token: SUPER-SECRET-TOKEN\n\tnot: [yaml")}}
+		Data: map[string][]byte{layout.SecretKeyKubeconfig: []byte("token: SUPER-SECRET-TOKEN\n\tnot: [yaml")}}
 	if err := k8s.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}

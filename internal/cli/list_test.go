@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -52,11 +51,11 @@ func TestListPrintsATableOfClusters(t *testing.T) {
 	api := getCluster(t, ns, "api")
 	api.Status.ReadyServers = 1
 	api.Status.Datastore = &v1beta1.DatastoreStatus{Type: v1beta1.SQLiteDatastore}
-	setStatus(t, api, v1beta1.PhaseReady, metav1.Condition{Type: cluster.ConditionReady, Status: metav1.ConditionTrue, Reason: cluster.ReasonReady})
+	setStatus(t, api, v1beta1.PhaseReady, metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonReady})
 	ha := getCluster(t, ns, "ha")
 	ha.Status.ReadyServers = 2
 	ha.Status.Datastore = &v1beta1.DatastoreStatus{Type: v1beta1.EtcdDatastore}
-	setStatus(t, ha, v1beta1.PhaseProvisioning, metav1.Condition{Type: cluster.ConditionReady, Status: metav1.ConditionFalse, Reason: cluster.ReasonNotReady})
+	setStatus(t, ha, v1beta1.PhaseProvisioning, metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonNotReady})
 
 	// Ages are measured from a clock three days after the newest cluster.
 	var newest time.Time

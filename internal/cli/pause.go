@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 type pauseFlags struct {
@@ -114,11 +113,11 @@ func waitPaused(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, 
 			}
 			return apiErr(err, fmt.Sprintf("waiting for cluster %s/%s", c.Namespace, c.Name))
 		}
-		cond := meta.FindStatusCondition(cur.Status.Conditions, cluster.ConditionPaused)
+		cond := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPaused)
 		state := "waiting for the controller to see spec.paused"
 		if cur.Status.ObservedGeneration >= c.Generation && cond != nil {
 			state = string(cur.Status.Phase) + ": Paused=" + cond.Reason + " (" + cond.Message + ")"
-			if cond.Reason == cluster.ReasonPauseUnsupported {
+			if cond.Reason == v1beta1.ReasonPauseUnsupported {
 				return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s was not paused: %s", c.Namespace, c.Name, cond.Message),
 					Hint: fmt.Sprintf("clear it with k3kcli cluster resume %s -n %s", c.Name, c.Namespace)}
 			}

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 func TestPauseAndResumeSetTheFieldAndWaitForTheController(t *testing.T) {
@@ -31,7 +30,7 @@ func TestPauseAndResumeSetTheFieldAndWaitForTheController(t *testing.T) {
 	})
 	// The controller's answer, in two steps: pausing, then paused.
 	c.Status.ObservedGeneration = c.Generation
-	setStatus(t, c, v1beta1.PhasePaused, metav1.Condition{Type: cluster.ConditionPaused, Status: metav1.ConditionFalse, Reason: cluster.ReasonPausing, Message: "1 pods still running"})
+	setStatus(t, c, v1beta1.PhasePaused, metav1.Condition{Type: v1beta1.ConditionPaused, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonPausing, Message: "1 pods still running"})
 	eventually(t, "the CLI to show the pause in progress", func() error {
 		if !strings.Contains(progress.String(), "Paused: Paused=Pausing (1 pods still running)") {
 			return fmt.Errorf("progress so far:\n%s", progress.String())
@@ -39,7 +38,7 @@ func TestPauseAndResumeSetTheFieldAndWaitForTheController(t *testing.T) {
 		return nil
 	})
 	c = getCluster(t, ns, "nap")
-	setStatus(t, c, v1beta1.PhasePaused, metav1.Condition{Type: cluster.ConditionPaused, Status: metav1.ConditionTrue, Reason: cluster.ReasonPaused, Message: "scaled to zero"})
+	setStatus(t, c, v1beta1.PhasePaused, metav1.Condition{Type: v1beta1.ConditionPaused, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonPaused, Message: "scaled to zero"})
 	r := <-done
 	if r.code != ExitOK || !strings.Contains(r.out, "cluster "+ns+"/nap paused after") {
 		t.Fatalf("pause: exit %d, stdout %q", r.code, r.out)
@@ -55,7 +54,7 @@ func TestPauseAndResumeSetTheFieldAndWaitForTheController(t *testing.T) {
 	})
 	c.Status.ObservedGeneration = c.Generation
 	c.Status.Conditions = nil
-	setStatus(t, c, v1beta1.PhaseReady, metav1.Condition{Type: cluster.ConditionReady, Status: metav1.ConditionTrue, Reason: cluster.ReasonReady})
+	setStatus(t, c, v1beta1.PhaseReady, metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonReady})
 	r = <-done
 	if r.code != ExitOK || !strings.Contains(r.out, "resumed after") {
 		t.Fatalf("resume: exit %d, stdout %q", r.code, r.out)

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 func newRecoverCommand(o Options, g *globalFlags) *cobra.Command {
@@ -51,7 +50,7 @@ func runRecover(ctx context.Context, o Options, s *session, name string) error {
 		return usageErr("recover applies to clusters with datastore.type etcd", "cluster %s/%s does not run etcd members: there is no quorum to recover", key.Namespace, key.Name)
 	}
 	request := time.Now().UTC().Format(time.RFC3339Nano)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{cluster.AnnotationEtcdRecover: request}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1beta1.AnnotationEtcdRecover: request}}})
 	if err != nil {
 		return err
 	}

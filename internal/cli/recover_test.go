@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 func TestRecoverRequestsTheRecoveryOfAnEtcdClusterOnly(t *testing.T) {
@@ -20,7 +19,7 @@ func TestRecoverRequestsTheRecoveryOfAnEtcdClusterOnly(t *testing.T) {
 	if err := k8s.Get(context.Background(), keyOf(ns, "ha"), c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Annotations[cluster.AnnotationEtcdRecover] == "" {
+	if c.Annotations[v1beta1.AnnotationEtcdRecover] == "" {
 		t.Fatalf("annotations %v, want the recovery request", c.Annotations)
 	}
 
@@ -35,7 +34,7 @@ func TestRecoverRequestsTheRecoveryOfAnEtcdClusterOnly(t *testing.T) {
 	if err := k8s.Get(context.Background(), keyOf(ns, "single"), c); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.Annotations[cluster.AnnotationEtcdRecover]; ok {
+	if _, ok := c.Annotations[v1beta1.AnnotationEtcdRecover]; ok {
 		t.Fatal("a sqlite cluster was annotated")
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/snapshot"
 )
 
@@ -51,11 +51,11 @@ type pendingRestore struct {
 // created has no volumes, and marks c as restore-pending.
 func openRestore(ctx context.Context, s *session, path string, c *v1beta1.Cluster) (*pendingRestore, error) {
 	claims := &corev1.PersistentVolumeClaimList{}
-	if err := s.client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{cluster.LabelCluster: c.Name}); err != nil {
+	if err := s.client.List(ctx, claims, client.InNamespace(c.Namespace), client.MatchingLabels{v1beta1.LabelCluster: c.Name}); err != nil {
 		return nil, apiErr(err, "listing volumes of cluster "+c.Namespace+"/"+c.Name)
 	}
 	if len(claims.Items) > 0 {
-		return nil, usageErr("restore into another name, or delete the PersistentVolumeClaims labelled "+cluster.LabelCluster+"="+c.Name,
+		return nil, usageErr("restore into another name, or delete the PersistentVolumeClaims labelled "+v1beta1.LabelCluster+"="+c.Name,
 			"--restore-from: volumes of an earlier cluster %s/%s exist (%s): a restore goes into a new cluster", c.Namespace, c.Name, claims.Items[0].Name)
 	}
 	f, err := os.Open(path)
@@ -84,7 +84,7 @@ func openRestore(ctx context.Context, s *session, path string, c *v1beta1.Cluste
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[cluster.AnnotationRestorePending] = p.archive.Manifest.SHA256[:16]
+	c.Annotations[v1beta1.AnnotationRestorePending] = p.archive.Manifest.SHA256[:16]
 	return p, nil
 }
 
@@ -109,9 +109,9 @@ func (p *pendingRestore) run(ctx context.Context, o Options, s *session, rc *res
 	if err := p.giveToken(ctx, o, s, c); err != nil {
 		return err
 	}
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+cluster.AnnotationRestorePending+`":null}}}`))
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1beta1.AnnotationRestorePending+`":null}}}`))
 	if err := s.client.Patch(ctx, c, patch); err != nil {
-		return apiErr(err, "removing the annotation "+cluster.AnnotationRestorePending)
+		return apiErr(err, "removing the annotation "+v1beta1.AnnotationRestorePending)
 	}
 	fmt.Fprintf(o.Err, "the snapshot's data and token are in place; the servers start\n")
 	return nil
@@ -125,7 +125,7 @@ func (p *pendingRestore) timeoutErr(c *v1beta1.Cluster, what string) error {
 // waitDatastore waits until the controller resolved the datastore and the
 // first server's datastore sidecar is ready.
 func (p *pendingRestore) waitDatastore(ctx context.Context, o Options, s *session, c *v1beta1.Cluster) (*corev1.Pod, v1beta1.DatastoreType, error) {
-	name := cluster.ServerPodName(c, 0)
+	name := layout.ServerPodName(c, 0)
 	for {
 		live := &v1beta1.Cluster{}
 		err := s.client.Get(ctx, client.ObjectKeyFromObject(c), live)
@@ -152,16 +152,16 @@ func (p *pendingRestore) waitDatastore(ctx context.Context, o Options, s *sessio
 
 // SidecarRestoreCommand is what loads a snapshot in the datastore sidecar of pod.
 func SidecarRestoreCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod string) []string {
-	port := strconv.Itoa(cluster.DatastoreClientPort)
+	port := strconv.Itoa(layout.DatastoreClientPort)
 	if ds == v1beta1.EtcdDatastore {
 		// The etcd sidecar's only writable place is its volume, empty in a
 		// new cluster.
 		return []string{"/usr/local/bin/datastore", "restore",
-			"--endpoint=https://" + cluster.ServerPodHost(c, pod) + ":" + port, "--dial-address=127.0.0.1:" + port,
-			"--ca-file=" + cluster.EtcdCAPath, "--cert-file=" + cluster.EtcdCertPath, "--key-file=" + cluster.EtcdKeyPath,
-			"--tmp-dir=" + cluster.EtcdDataDir}
+			"--endpoint=https://" + layout.ServerPodHost(c, pod) + ":" + port, "--dial-address=127.0.0.1:" + port,
+			"--ca-file=" + layout.EtcdCAPath, "--cert-file=" + layout.EtcdCertPath, "--key-file=" + layout.EtcdKeyPath,
+			"--tmp-dir=" + layout.EtcdDataDir}
 	}
-	return []string{"/usr/local/bin/datastore", "restore", "--endpoint=http://127.0.0.1:" + port, "--tmp-dir=" + cluster.DatastorePodDir}
+	return []string{"/usr/local/bin/datastore", "restore", "--endpoint=http://127.0.0.1:" + port, "--tmp-dir=" + layout.DatastorePodDir}
 }
 
 // load streams the snapshot's data into the sidecar's `datastore restore`
@@ -200,17 +200,17 @@ func (p *pendingRestore) load(ctx context.Context, rc *rest.Config, c *v1beta1.C
 // giveToken writes the snapshot's token into the token Secret the controller
 // made empty.
 func (p *pendingRestore) giveToken(ctx context.Context, o Options, s *session, c *v1beta1.Cluster) error {
-	key := types.NamespacedName{Namespace: c.Namespace, Name: cluster.NamesFor(c).Token}
+	key := types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).Token}
 	for {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			secret := &corev1.Secret{}
 			if err := s.client.Get(ctx, key, secret); err != nil {
 				return err
 			}
-			if got := secret.Data[cluster.SecretKeyToken]; len(got) > 0 && !bytes.Equal(got, p.archive.Token) {
+			if got := secret.Data[layout.SecretKeyToken]; len(got) > 0 && !bytes.Equal(got, p.archive.Token) {
 				return errors.New("the token Secret holds another token")
 			}
-			secret.Data = map[string][]byte{cluster.SecretKeyToken: p.archive.Token}
+			secret.Data = map[string][]byte{layout.SecretKeyToken: p.archive.Token}
 			return s.client.Update(ctx, secret)
 		})
 		switch {

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/snapshot"
 )
 
@@ -60,7 +60,7 @@ func TestRestoreFromRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-k3k-old-server-0", Labels: map[string]string{cluster.LabelCluster: "old"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-k3k-old-server-0", Labels: map[string]string{v1beta1.LabelCluster: "old"}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
@@ -103,8 +103,8 @@ func TestRestoreFromMarksTheClusterAndWaitsForItsDatastore(t *testing.T) {
 	}
 	assertOneLineError(t, r.errOut, "not restored", "datastore of k3k-fresh-server-0 was not ready")
 	c := getCluster(t, ns, "fresh")
-	if _, ok := c.Annotations[cluster.AnnotationRestorePending]; !ok {
-		t.Fatalf("annotations %v lack %s", c.Annotations, cluster.AnnotationRestorePending)
+	if _, ok := c.Annotations[v1beta1.AnnotationRestorePending]; !ok {
+		t.Fatalf("annotations %v lack %s", c.Annotations, v1beta1.AnnotationRestorePending)
 	}
 	if err := k8s.Get(context.Background(), keyOf(ns, "k3k-fresh-token"), &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a token Secret was written before the data: %v", err)
@@ -113,11 +113,11 @@ func TestRestoreFromMarksTheClusterAndWaitsForItsDatastore(t *testing.T) {
 
 func TestSidecarRestoreCommand(t *testing.T) {
 	c := &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "ha"}}
-	if got := SidecarRestoreCommand(c, v1beta1.SQLiteDatastore, "k3k-ha-server-0"); !slices.Contains(got, "--tmp-dir="+cluster.DatastorePodDir) || !slices.Contains(got, "--endpoint=http://127.0.0.1:2379") {
+	if got := SidecarRestoreCommand(c, v1beta1.SQLiteDatastore, "k3k-ha-server-0"); !slices.Contains(got, "--tmp-dir="+layout.DatastorePodDir) || !slices.Contains(got, "--endpoint=http://127.0.0.1:2379") {
 		t.Fatalf("sqlite command %v", got)
 	}
 	etcd := strings.Join(SidecarRestoreCommand(c, v1beta1.EtcdDatastore, "k3k-ha-server-0"), " ")
-	for _, want := range []string{"--endpoint=https://k3k-ha-server-0.k3k-ha-server-headless.tenants.svc:2379", "--dial-address=127.0.0.1:2379", "--tmp-dir=" + cluster.EtcdDataDir} {
+	for _, want := range []string{"--endpoint=https://k3k-ha-server-0.k3k-ha-server-headless.tenants.svc:2379", "--dial-address=127.0.0.1:2379", "--tmp-dir=" + layout.EtcdDataDir} {
 		if !strings.Contains(etcd, want) {
 			t.Fatalf("etcd command %q lacks %q", etcd, want)
 		}

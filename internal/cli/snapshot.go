@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/snapshot"
 )
 
@@ -114,7 +114,7 @@ func runSnapshot(ctx context.Context, o Options, s *session, rc *rest.Config, f 
 		return usageErr("snapshot an external datastore with its own tools", "cluster %s/%s: k3kcli snapshots the sqlite and etcd datastores, this cluster's is %q", key.Namespace, key.Name, ds)
 	}
 	pods := &corev1.PodList{}
-	if err := s.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{cluster.LabelCluster: c.Name, cluster.LabelComponent: cluster.ComponentServer}); err != nil {
+	if err := s.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{v1beta1.LabelCluster: c.Name, v1beta1.LabelComponent: v1beta1.ComponentServer}); err != nil {
 		return apiErr(err, "listing the server pods of cluster "+key.String())
 	}
 	pod := snapshotSource(pods.Items)
@@ -219,12 +219,12 @@ func k3sVersionOf(p *corev1.Pod) string {
 // clusterToken reads the cluster token, which a restore needs: k3s encrypts
 // its bootstrap data with it.
 func clusterToken(ctx context.Context, s *session, c *v1beta1.Cluster) ([]byte, error) {
-	name := cluster.NamesFor(c).Token
+	name := layout.NamesFor(c).Token
 	secret := &corev1.Secret{}
 	if err := s.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, secret); err != nil {
 		return nil, apiErr(err, fmt.Sprintf("reading the cluster token (Secret %s/%s), without which a snapshot cannot be restored", c.Namespace, name))
 	}
-	token := secret.Data[cluster.SecretKeyToken]
+	token := secret.Data[layout.SecretKeyToken]
 	if len(token) == 0 {
 		return nil, &Error{Code: ExitError, Msg: fmt.Sprintf("Secret %s/%s holds no token yet", c.Namespace, name),
 			Hint: "wait until the cluster's TokenReady condition is True"}
@@ -236,16 +236,16 @@ func clusterToken(ctx context.Context, s *session, c *v1beta1.Cluster) ([]byte, 
 func SidecarSnapshotCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod string) []string {
 	if ds == v1beta1.EtcdDatastore {
 		// The member's own client port, checked against its DNS name.
-		port := strconv.Itoa(cluster.DatastoreClientPort)
+		port := strconv.Itoa(layout.DatastoreClientPort)
 		return []string{"/usr/local/bin/datastore", "snapshot", "etcd",
-			"--endpoint=https://" + cluster.ServerPodHost(c, pod) + ":" + port,
+			"--endpoint=https://" + layout.ServerPodHost(c, pod) + ":" + port,
 			"--dial-address=127.0.0.1:" + port,
-			"--ca-file=" + cluster.EtcdCAPath, "--cert-file=" + cluster.EtcdCertPath, "--key-file=" + cluster.EtcdKeyPath}
+			"--ca-file=" + layout.EtcdCAPath, "--cert-file=" + layout.EtcdCertPath, "--key-file=" + layout.EtcdKeyPath}
 	}
 	// The pod directory is the sidecar's emptyDir: the copy never takes room
 	// on the data volume, which may be nearly full.
 	return []string{"/usr/local/bin/datastore", "snapshot", "sqlite",
-		"--data-dir=" + cluster.DatastoreDataDir, "--tmp-dir=" + cluster.DatastorePodDir}
+		"--data-dir=" + layout.DatastoreDataDir, "--tmp-dir=" + layout.DatastorePodDir}
 }
 
 // streamSnapshot execs the sidecar's snapshot command and writes the data it

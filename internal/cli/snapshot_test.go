@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/snapshot"
 )
 
@@ -62,11 +62,11 @@ func TestSidecarSnapshotCommand(t *testing.T) {
 	c := &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "ha"}}
 	sqlite := SidecarSnapshotCommand(c, v1beta1.SQLiteDatastore, "k3k-ha-server-0")
 	// The copy goes to the pod's emptyDir, never onto the data volume.
-	if !slices.Contains(sqlite, "--tmp-dir="+cluster.DatastorePodDir) || !slices.Contains(sqlite, "--data-dir="+cluster.DatastoreDataDir) {
+	if !slices.Contains(sqlite, "--tmp-dir="+layout.DatastorePodDir) || !slices.Contains(sqlite, "--data-dir="+layout.DatastoreDataDir) {
 		t.Fatalf("sqlite command %v", sqlite)
 	}
 	etcd := strings.Join(SidecarSnapshotCommand(c, v1beta1.EtcdDatastore, "k3k-ha-server-1"), " ")
-	for _, want := range []string{"snapshot etcd", "--endpoint=https://k3k-ha-server-1.k3k-ha-server-headless.tenants.svc:2379", "--dial-address=127.0.0.1:2379", "--key-file=" + cluster.EtcdKeyPath} {
+	for _, want := range []string{"snapshot etcd", "--endpoint=https://k3k-ha-server-1.k3k-ha-server-headless.tenants.svc:2379", "--dial-address=127.0.0.1:2379", "--key-file=" + layout.EtcdKeyPath} {
 		if !strings.Contains(etcd, want) {
 			t.Fatalf("etcd command %q lacks %q", etcd, want)
 		}

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 // recordEvent writes an events.k8s.io Event on c, as the controller's
@@ -47,9 +46,9 @@ func TestCreateShowsWhatHoldsTheServerUp(t *testing.T) {
 	})
 	cause := `0/1 servers ready; pod k3k-stuck-server-0: PersistentVolumeClaim data-k3k-stuck-server-0 is Pending (ProvisioningFailed: storageclass.storage.k8s.io "missing" not found)`
 	setStatus(t, c, v1beta1.PhaseProvisioning,
-		metav1.Condition{Type: cluster.ConditionServersReady, Status: metav1.ConditionFalse, Reason: cluster.ReasonServerVolumePending, Message: cause},
-		metav1.Condition{Type: cluster.ConditionKubeconfigPublished, Status: metav1.ConditionFalse, Reason: cluster.ReasonWaiting, Message: "waiting"})
-	recordEvent(t, c, corev1.EventTypeWarning, cluster.ReasonServerVolumePending, "ServersReady=False: "+cause)
+		metav1.Condition{Type: v1beta1.ConditionServersReady, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonServerVolumePending, Message: cause},
+		metav1.Condition{Type: v1beta1.ConditionKubeconfigPublished, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonWaiting, Message: "waiting"})
+	recordEvent(t, c, corev1.EventTypeWarning, v1beta1.ReasonServerVolumePending, "ServersReady=False: "+cause)
 	recordEvent(t, c, corev1.EventTypeWarning, "RecoveryRefused", "the cluster still has quorum")
 	recordEvent(t, c, corev1.EventTypeNormal, "TokenAvailable", "generated token Secret")
 	eventually(t, "the CLI to show the cause and the warning", func() error {
@@ -67,7 +66,7 @@ func TestCreateShowsWhatHoldsTheServerUp(t *testing.T) {
 	if n := strings.Count(r.errOut, "warning RecoveryRefused"); n != 1 {
 		t.Errorf("the warning was printed %d times, want once:\n%s", n, r.errOut)
 	}
-	if strings.Contains(r.errOut, "TokenAvailable") || strings.Contains(r.errOut, "warning "+cluster.ReasonServerVolumePending) {
+	if strings.Contains(r.errOut, "TokenAvailable") || strings.Contains(r.errOut, "warning "+v1beta1.ReasonServerVolumePending) {
 		t.Errorf("normal events or causes the progress line shows were printed as warnings:\n%s", r.errOut)
 	}
 }

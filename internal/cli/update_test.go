@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 )
 
 func TestUpdatePatchesOnlyWhatTheFlagsSay(t *testing.T) {
@@ -97,7 +96,7 @@ func TestUpdateWaitsForTheNewGeneration(t *testing.T) {
 		t.Fatal("create failed")
 	}
 	c := getCluster(t, ns, "gen")
-	ready := metav1.Condition{Type: cluster.ConditionReady, Status: metav1.ConditionTrue, Reason: cluster.ReasonReady}
+	ready := metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonReady}
 	c.Status.ObservedGeneration = c.Generation
 	setStatus(t, c, v1beta1.PhaseReady, ready)
 

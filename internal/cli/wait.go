@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
 )
 
@@ -175,9 +174,9 @@ func progress(c *v1beta1.Cluster) string {
 	}
 	var pending []string
 	for _, cond := range c.Status.Conditions {
-		if cond.Status != metav1.ConditionTrue && cond.Type != cluster.ConditionReady {
+		if cond.Status != metav1.ConditionTrue && cond.Type != v1beta1.ConditionReady {
 			p := cond.Type + "=" + cond.Reason
-			if cluster.IsBlockingReason(cond.Reason) {
+			if v1beta1.IsBlockingReason(cond.Reason) {
 				// The controller names what holds the server up.
 				p += " (" + cond.Message + ")"
 			}
@@ -194,7 +193,7 @@ func progress(c *v1beta1.Cluster) string {
 // failureMessage is why a Failed cluster failed: the Ready condition's message.
 func failureMessage(c *v1beta1.Cluster) string {
 	for _, cond := range c.Status.Conditions {
-		if cond.Type == cluster.ConditionReady && cond.Message != "" {
+		if cond.Type == v1beta1.ConditionReady && cond.Message != "" {
 			return cond.Message
 		}
 	}

@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
-	"github.com/k3k-io/k3k/internal/controller/cluster"
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // TestCreateReturnsOnlyOnceTheAPIAnswers: the controller reports the cluster
@@ -79,7 +79,7 @@ func TestCreateReturnsOnlyOnceTheAPIAnswers(t *testing.T) {
 		return k8s.Get(ctx, keyOf(ns, "lb"), c)
 	})
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: cluster.NamesFor(c).Service, Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: layout.NamesFor(c).Service, Namespace: ns},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "x"},
 			Ports: []corev1.ServicePort{{Name: "https", Port: int32(port)}}},
 	}
@@ -91,13 +91,13 @@ func TestCreateReturnsOnlyOnceTheAPIAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := k8s.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: cluster.NamesFor(c).Kubeconfig, Namespace: ns},
-		Data:       map[string][]byte{cluster.SecretKeyKubeconfig: kc.Data},
+		ObjectMeta: metav1.ObjectMeta{Name: layout.NamesFor(c).Kubeconfig, Namespace: ns},
+		Data:       map[string][]byte{layout.SecretKeyKubeconfig: kc.Data},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	c = getCluster(t, ns, "lb")
-	setStatus(t, c, v1beta1.PhaseReady, metav1.Condition{Type: cluster.ConditionReady, Status: metav1.ConditionTrue, Reason: cluster.ReasonReady})
+	setStatus(t, c, v1beta1.PhaseReady, metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonReady})
 
 	// Ready on the host, not yet answering at its address: create waits, well
 	// past its ReachWait, because the API did answer (503).

@@ -29,6 +29,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // The suite runs two real kube-apiservers on one etcd (each under its own
@@ -158,7 +159,7 @@ func run(m *testing.M) int {
 	agentHost := hostAPI.RESTConfig()
 	agentHost.Wrap(hostWrites.wrap)
 	agentHost.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + hostNamespace + ":" + cluster.AgentName(c),
+		UserName: "system:serviceaccount:" + hostNamespace + ":" + layout.AgentName(c.Name),
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + hostNamespace, "system:authenticated"},
 	}
 

@@ -13,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 const k3sServer = "https://127.0.0.1:6443"
@@ -129,7 +132,7 @@ func TestValidateNeverPanicsOnTruncation(t *testing.T) {
 func TestRewrite(t *testing.T) {
 	c := newCredentials(t)
 	in := k3sKubeconfig(t, c.serverCA.Cert, c.admin)
-	to := kubeconfig.Endpoint{URL: kubeconfig.ServiceURL("demo", "tenants")}
+	to := kubeconfig.Endpoint{URL: layout.Endpoint(&v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "tenants"}})}
 
 	out, err := kubeconfig.Rewrite(in, to)
 	if err != nil {

@@ -19,9 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/publisher"
 )
 
@@ -184,7 +186,7 @@ func newTenant(t *testing.T) *tenant {
 		cluster:   "demo",
 		token:     fmt.Sprintf("token-of-tenant-%d-%d", n, time.Now().UnixNano()),
 	}
-	tn.kubeconfigSecret = kubeconfig.SecretName(tn.cluster)
+	tn.kubeconfigSecret = layout.NamesFor(&v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: tn.cluster}}).Kubeconfig
 	tn.tokenSecret = "k3k-" + tn.cluster + "-token"
 	must(t, create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tn.namespace}}))
 	must(t, tn.precreate(ctx, tn.kubeconfigSecret, nil))

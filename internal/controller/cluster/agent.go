@@ -14,50 +14,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // The shared-mode agent (cmd/kubelet): pure builders for its Deployment, its
 // identity on the host and its condition. Like desired.go, nothing here touches
 // a client.
 
-// ComponentAgent is the k3k.io/component label value of the agent's pods.
-const ComponentAgent = "agent"
-
-// Paths, ports and names of the agent pod: the contract between these
-// builders and cmd/kubelet.
-const (
-	AgentCredentialsVolume = "credentials"
-	AgentCredentialsDir    = "/var/lib/k3k/credentials"
-	AgentHealthPort        = 10248
-	AgentKubeletPort       = 10250
-	// AgentDNSPort is where the agent answers DNS (UDP and TCP); its DNS
-	// Service maps port 53 to it, so the agent needs no privilege to bind.
-	AgentDNSPort = 5353
-	AgentBinary  = "/usr/local/bin/kubelet"
-	// AgentUID is the non-root user the agent runs as: it needs no file it
-	// does not get through a volume.
-	AgentUID = 65532
-)
-
-// Condition and reasons for the agent.
-const (
-	ConditionAgentsReady = "AgentsReady"
-	ReasonAgentsReady    = "AgentsReady"
-	ReasonAgentsStarting = "AgentsStarting"
-)
-
-// AgentName names the agent's Deployment, ServiceAccount, Role and
-// RoleBinding, and the node it registers in the virtual cluster.
-func AgentName(c *v1beta1.Cluster) string { return "k3k-" + c.Name + "-kubelet" }
-
 func agentLabels(c *v1beta1.Cluster) map[string]string {
 	l := commonLabels(c)
-	l[LabelComponent] = ComponentAgent
+	l[v1beta1.LabelComponent] = v1beta1.ComponentAgent
 	return l
 }
-
-// AgentDNSName names the Service in front of the agent's DNS server.
-func AgentDNSName(c *v1beta1.Cluster) string { return "k3k-" + c.Name + "-dns" }
 
 // DesiredAgentDNSService is the nameserver of the virtual cluster's pods: a
 // ClusterIP Service in front of the agent's DNS server (pkg/agent/dnsserver),
@@ -66,10 +34,10 @@ func AgentDNSName(c *v1beta1.Cluster) string { return "k3k-" + c.Name + "-dns" }
 // at start (--dns-service).
 func DesiredAgentDNSService(c *v1beta1.Cluster) *corev1.Service {
 	port := func(proto corev1.Protocol) corev1.ServicePort {
-		return corev1.ServicePort{Name: "dns-" + strings.ToLower(string(proto)), Protocol: proto, Port: 53, TargetPort: intstr.FromInt32(AgentDNSPort)}
+		return corev1.ServicePort{Name: "dns-" + strings.ToLower(string(proto)), Protocol: proto, Port: 53, TargetPort: intstr.FromInt32(layout.AgentDNSPort)}
 	}
 	return &corev1.Service{
-		ObjectMeta: objectMeta(c, AgentDNSName(c)),
+		ObjectMeta: objectMeta(c, layout.AgentDNSName(c.Name)),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: agentLabels(c),
@@ -80,7 +48,7 @@ func DesiredAgentDNSService(c *v1beta1.Cluster) *corev1.Service {
 
 // DesiredAgentServiceAccount is the agent's identity on the host.
 func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
-	return &corev1.ServiceAccount{ObjectMeta: objectMeta(c, AgentName(c))}
+	return &corev1.ServiceAccount{ObjectMeta: objectMeta(c, layout.AgentName(c.Name))}
 }
 
 // AgentRules are what the agent may do in the cluster's host namespace, and no
@@ -153,7 +121,7 @@ func AgentRules() []rbacv1.PolicyRule {
 // installs it; tests and users without the chart create it from here.
 func DesiredAgentClusterRole(name string) *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedByValue}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1beta1.LabelManagedBy: v1beta1.ManagedByValue}},
 		Rules:      AgentRules(),
 	}
 }
@@ -162,7 +130,7 @@ func DesiredAgentClusterRole(name string) *rbacv1.ClusterRole {
 // controller's --agent-cluster-role) to DesiredAgentServiceAccount in the
 // cluster's namespace only.
 func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.RoleBinding {
-	name := AgentName(c)
+	name := layout.AgentName(c.Name)
 	return &rbacv1.RoleBinding{
 		ObjectMeta: objectMeta(c, name),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
@@ -181,17 +149,17 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 // are copied with spec.ingresses.
 func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 	args := []string{
-		AgentBinary,
+		layout.AgentBinary,
 		"--cluster-name=" + c.Name,
 		"--cluster-uid=" + string(c.UID),
 		"--host-namespace=" + c.Namespace,
-		"--node-name=" + AgentName(c),
-		"--api-server-service=" + NamesFor(c).Service,
-		"--dns-service=" + AgentDNSName(c),
-		"--dns-port=" + strconv.Itoa(AgentDNSPort),
-		"--credentials-dir=" + AgentCredentialsDir,
-		"--health-address=:" + strconv.Itoa(AgentHealthPort),
-		"--kubelet-port=" + strconv.Itoa(AgentKubeletPort),
+		"--node-name=" + layout.AgentName(c.Name),
+		"--api-server-service=" + layout.NamesFor(c).Service,
+		"--dns-service=" + layout.AgentDNSName(c.Name),
+		"--dns-port=" + strconv.Itoa(layout.AgentDNSPort),
+		"--credentials-dir=" + layout.AgentCredentialsDir,
+		"--health-address=:" + strconv.Itoa(layout.AgentHealthPort),
+		"--kubelet-port=" + strconv.Itoa(layout.AgentKubeletPort),
 		"--pod-security-level=" + string(AgentPodSecurityLevel(c, cfg)),
 	}
 	// Only when set, so the Deployment of a Cluster without the field does
@@ -231,14 +199,14 @@ func AgentPodSecurityLevel(c *v1beta1.Cluster, cfg Config) v1beta1.PodSecurityLe
 // strategy: two agents registering the same node would fight over its Lease
 // and over the host pods, so the old one is gone before the new one starts.
 func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	var pullSecrets []corev1.LocalObjectReference
 	for _, name := range cfg.PullSecrets {
 		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: name})
 	}
-	probe := func(path string) *corev1.Probe { return httpProbe(path, AgentHealthPort, 10, 3) }
+	probe := func(path string) *corev1.Probe { return httpProbe(path, layout.AgentHealthPort, 10, 3) }
 	return &appsv1.Deployment{
-		ObjectMeta: objectMeta(c, AgentName(c)),
+		ObjectMeta: objectMeta(c, layout.AgentName(c.Name)),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(1)),
 			Selector: &metav1.LabelSelector{MatchLabels: agentLabels(c)},
@@ -246,15 +214,15 @@ func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: agentLabels(c)},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:           AgentName(c),
+					ServiceAccountName:           layout.AgentName(c.Name),
 					AutomountServiceAccountToken: ptr.To(true),
 					EnableServiceLinks:           ptr.To(false),
 					NodeSelector:                 c.Spec.NodeSelector,
 					ImagePullSecrets:             pullSecrets,
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
-						RunAsUser:      ptr.To(int64(AgentUID)),
-						RunAsGroup:     ptr.To(int64(AgentUID)),
+						RunAsUser:      ptr.To(int64(layout.AgentUID)),
+						RunAsGroup:     ptr.To(int64(layout.AgentUID)),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					Containers: []corev1.Container{{
@@ -266,20 +234,20 @@ func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
 						}}},
 						Ports: []corev1.ContainerPort{
-							{Name: "health", ContainerPort: AgentHealthPort, Protocol: corev1.ProtocolTCP},
-							{Name: "kubelet", ContainerPort: AgentKubeletPort, Protocol: corev1.ProtocolTCP},
-							{Name: "dns-udp", ContainerPort: AgentDNSPort, Protocol: corev1.ProtocolUDP},
-							{Name: "dns-tcp", ContainerPort: AgentDNSPort, Protocol: corev1.ProtocolTCP},
+							{Name: "health", ContainerPort: layout.AgentHealthPort, Protocol: corev1.ProtocolTCP},
+							{Name: "kubelet", ContainerPort: layout.AgentKubeletPort, Protocol: corev1.ProtocolTCP},
+							{Name: "dns-udp", ContainerPort: layout.AgentDNSPort, Protocol: corev1.ProtocolUDP},
+							{Name: "dns-tcp", ContainerPort: layout.AgentDNSPort, Protocol: corev1.ProtocolTCP},
 						},
 						ReadinessProbe:  probe("/readyz"),
 						LivenessProbe:   probe("/healthz"),
 						SecurityContext: restrictedContext(true),
-						VolumeMounts:    []corev1.VolumeMount{mount(AgentCredentialsVolume, AgentCredentialsDir, true, "")},
+						VolumeMounts:    []corev1.VolumeMount{mount(layout.AgentCredentialsVolume, layout.AgentCredentialsDir, true, "")},
 					}},
-					Volumes: []corev1.Volume{{Name: AgentCredentialsVolume, VolumeSource: corev1.VolumeSource{
+					Volumes: []corev1.Volume{{Name: layout.AgentCredentialsVolume, VolumeSource: corev1.VolumeSource{
 						Secret: &corev1.SecretVolumeSource{
 							SecretName: n.Kubeconfig,
-							Items:      []corev1.KeyToPath{{Key: SecretKeyKubeconfig, Path: SecretKeyKubeconfig}},
+							Items:      []corev1.KeyToPath{{Key: layout.SecretKeyKubeconfig, Path: layout.SecretKeyKubeconfig}},
 						},
 					}}},
 				},
@@ -294,15 +262,15 @@ func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
 // a ready replica means the virtual cluster has a working node.
 func agentsCondition(d *appsv1.Deployment) condResult {
 	if d == nil {
-		return condResult{false, ReasonAgentsStarting, "the agent Deployment does not exist yet"}
+		return condResult{false, v1beta1.ReasonAgentsStarting, "the agent Deployment does not exist yet"}
 	}
 	current := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas >= 1
 	msg := fmt.Sprintf("%d/1 agents ready", d.Status.ReadyReplicas)
 	if current && d.Status.ReadyReplicas >= 1 {
-		return condResult{true, ReasonAgentsReady, msg}
+		return condResult{true, v1beta1.ReasonAgentsReady, msg}
 	}
 	if !current {
 		msg += ", rollout in progress"
 	}
-	return condResult{false, ReasonAgentsStarting, msg}
+	return condResult{false, v1beta1.ReasonAgentsStarting, msg}
 }

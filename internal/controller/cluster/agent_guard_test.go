@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -49,11 +51,11 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(restConfig)
 	agentConfig := rest.CopyConfig(restConfig)
 	agentConfig.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":" + AgentName(c),
+		UserName: "system:serviceaccount:" + ns + ":" + layout.AgentName(c.Name),
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 	}
 	agent := kubernetes.NewForConfigOrDie(agentConfig)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	const (
 		ownPod    = "web-0-shop-0123456789"
 		ownSecret = "web-env-shop-abcdef0123"
@@ -265,7 +267,7 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		}, "may only ask for storage"},
 		{"an ephemeral volume labelled as the controller's", func() error {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, pod("m-shop-0123456789", ephemeralVolume(func(t *corev1.PersistentVolumeClaimTemplate) {
-				t.Labels = map[string]string{LabelComponent: "server"}
+				t.Labels = map[string]string{v1beta1.LabelComponent: "server"}
 			})), metav1.CreateOptions{})
 			return err
 		}, "may only ask for storage"},

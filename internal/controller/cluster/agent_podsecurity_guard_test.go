@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // podSecurityGuard installs the Pod Security guard (allowPrivileged as the
@@ -48,7 +49,7 @@ func installPodSecurityGuard(t *testing.T, suffix, ns, allowPrivileged string, c
 	})
 	cfg := rest.CopyConfig(restConfig)
 	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":" + AgentName(c),
+		UserName: "system:serviceaccount:" + ns + ":" + layout.AgentName(c.Name),
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 	}
 	return kubernetes.NewForConfigOrDie(cfg)
@@ -187,7 +188,7 @@ func TestAgentPodSecurityGuard(t *testing.T) {
 	t.Run("a restricted cluster's agent is refused root with privilege escalation", func(t *testing.T) {
 		cfg := rest.CopyConfig(restConfig)
 		cfg.Impersonate = rest.ImpersonationConfig{
-			UserName: "system:serviceaccount:" + ns + ":" + AgentName(other),
+			UserName: "system:serviceaccount:" + ns + ":" + layout.AgentName(other.Name),
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 		}
 		for _, obj := range []client.Object{other, DesiredAgentServiceAccount(other), DesiredAgentRoleBinding(other, "k3k-agent-"+ns)} {

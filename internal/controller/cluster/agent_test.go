@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func TestAgentDeployment(t *testing.T) {
@@ -96,19 +97,19 @@ func TestAgentsCondition(t *testing.T) {
 		d    *appsv1.Deployment
 		want condResult
 	}{
-		{"no Deployment yet", nil, condResult{false, ReasonAgentsStarting, "the agent Deployment does not exist yet"}},
+		{"no Deployment yet", nil, condResult{false, v1beta1.ReasonAgentsStarting, "the agent Deployment does not exist yet"}},
 		{"the agent is not ready", &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Generation: 1},
 			Status:     appsv1.DeploymentStatus{ObservedGeneration: 1, UpdatedReplicas: 1},
-		}, condResult{false, ReasonAgentsStarting, "0/1 agents ready"}},
+		}, condResult{false, v1beta1.ReasonAgentsStarting, "0/1 agents ready"}},
 		{"a new spec is rolling out", &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Generation: 2},
 			Status:     appsv1.DeploymentStatus{ObservedGeneration: 1, UpdatedReplicas: 1, ReadyReplicas: 1},
-		}, condResult{false, ReasonAgentsStarting, "1/1 agents ready, rollout in progress"}},
+		}, condResult{false, v1beta1.ReasonAgentsStarting, "1/1 agents ready, rollout in progress"}},
 		{"the agent is ready", &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Generation: 2},
 			Status:     appsv1.DeploymentStatus{ObservedGeneration: 2, UpdatedReplicas: 1, ReadyReplicas: 1},
-		}, condResult{true, ReasonAgentsReady, "1/1 agents ready"}},
+		}, condResult{true, v1beta1.ReasonAgentsReady, "1/1 agents ready"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,8 +136,8 @@ func TestAgentRoleAgainstTheAPIServer(t *testing.T) {
 			t.Fatalf("creating %s: %v", obj.GetName(), err)
 		}
 	}
-	n := NamesFor(c)
-	user := "system:serviceaccount:" + ns + ":" + AgentName(c)
+	n := layout.NamesFor(c)
+	user := "system:serviceaccount:" + ns + ":" + layout.AgentName(c.Name)
 	cases := []struct {
 		name                           string
 		verb, resource, sub, obj, inNS string
@@ -173,7 +174,7 @@ func TestAgentRoleAgainstTheAPIServer(t *testing.T) {
 		{"it cannot create Services in another namespace", "create", "services", "", "", "default", false},
 		{"it cannot write core Endpoints", "create", "endpoints", "", "", ns, false},
 		{"it cannot write Service status (no load balancers)", "update", "services", "status", "x", ns, false},
-		{"it cannot change its own permissions", "update", "roles", "", AgentName(c), ns, false},
+		{"it cannot change its own permissions", "update", "roles", "", layout.AgentName(c.Name), ns, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

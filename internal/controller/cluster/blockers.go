@@ -7,36 +7,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 )
-
-// Reasons of the ServersReady condition when a server pod is stuck on
-// something that will not go away by waiting alone. The message names the pod
-// and the cause.
-const (
-	// ReasonServerVolumePending: a server's PersistentVolumeClaim is not bound;
-	// the message carries the claim's latest event (e.g. ProvisioningFailed).
-	ReasonServerVolumePending = "ServerVolumePending"
-	// ReasonServerUnschedulable: the scheduler found no node; the message is
-	// the scheduler's.
-	ReasonServerUnschedulable = "ServerUnschedulable"
-	// ReasonServerImagePullFailing: a server container's image cannot be pulled.
-	ReasonServerImagePullFailing = "ServerImagePullFailing"
-	// ReasonServerCrashLooping: a server container keeps exiting; the message
-	// has its last exit code.
-	ReasonServerCrashLooping = "ServerCrashLooping"
-)
-
-// IsBlockingReason reports whether a condition reason names a cause that
-// stops a server pod from starting (as opposed to one it is still working
-// through). k3kcli shows the message of such conditions while it waits.
-func IsBlockingReason(reason string) bool {
-	switch reason {
-	case ReasonServerVolumePending, ReasonServerUnschedulable, ReasonServerImagePullFailing, ReasonServerCrashLooping:
-		return true
-	}
-	return false
-}
 
 // maxCauseLength bounds the text copied from an event or a scheduler message
 // into a condition: enough to act on, short enough for one line.
@@ -103,11 +76,11 @@ func podBlocker(p *corev1.Pod, claims map[string]claimFacts) *blocker {
 			msg += fmt.Sprintf(" (%s: %s)", f.event.Reason, clip(f.event.Message))
 			warning = f.event.Type == corev1.EventTypeWarning
 		}
-		return &blocker{ReasonServerVolumePending, msg, warning}
+		return &blocker{v1beta1.ReasonServerVolumePending, msg, warning}
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return &blocker{ReasonServerUnschedulable, fmt.Sprintf("pod %s is Unschedulable: %s", p.Name, clip(c.Message)), true}
+			return &blocker{v1beta1.ReasonServerUnschedulable, fmt.Sprintf("pod %s is Unschedulable: %s", p.Name, clip(c.Message)), true}
 		}
 	}
 	statuses := append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
@@ -122,7 +95,7 @@ func podBlocker(p *corev1.Pod, claims map[string]claimFacts) *blocker {
 			if w.Message != "" {
 				msg += ": " + clip(w.Message)
 			}
-			return &blocker{ReasonServerImagePullFailing, msg, true}
+			return &blocker{v1beta1.ReasonServerImagePullFailing, msg, true}
 		case w.Reason == "CrashLoopBackOff":
 			// Only the exit code and the runtime's reason: the termination
 			// message is the container's log tail, which may name a DSN or
@@ -134,7 +107,7 @@ func podBlocker(p *corev1.Pod, claims map[string]claimFacts) *blocker {
 					msg += " (" + t.Reason + ")"
 				}
 			}
-			return &blocker{ReasonServerCrashLooping, msg, true}
+			return &blocker{v1beta1.ReasonServerCrashLooping, msg, true}
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func TestFirstBlockerNamesTheCause(t *testing.T) {
@@ -69,13 +70,13 @@ func TestFirstBlockerNamesTheCause(t *testing.T) {
 		name:       "a pending claim is named with its warning event",
 		pods:       []corev1.Pod{pod("s-0", unschedulable)},
 		claims:     map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimPending, provisioningFailed)},
-		wantReason: ReasonServerVolumePending, wantWarning: true,
+		wantReason: v1beta1.ReasonServerVolumePending, wantWarning: true,
 		wantMessage: `pod s-0: PersistentVolumeClaim data-s-0 is Pending (ProvisioningFailed: storageclass.storage.k8s.io "missing" not found)`,
 	}, {
 		name:       "a pending claim whose latest event is normal is reported but is no warning",
 		pods:       []corev1.Pod{pod("s-0", nil)},
 		claims:     map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimPending, externalProvisioning)},
-		wantReason: ReasonServerVolumePending, wantWarning: false,
+		wantReason: v1beta1.ReasonServerVolumePending, wantWarning: false,
 		wantMessage: "pod s-0: PersistentVolumeClaim data-s-0 is Pending (ExternalProvisioning: waiting for a volume to be created by the external provisioner)",
 	}, {
 		name:   "a claim waiting for its pod to be scheduled is not a blocker: every create passes through it",
@@ -85,29 +86,29 @@ func TestFirstBlockerNamesTheCause(t *testing.T) {
 		name:       "a claim waiting for a pod that cannot be scheduled gives the scheduler's reason",
 		pods:       []corev1.Pod{pod("s-0", unschedulable)},
 		claims:     map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimPending, waitingForConsumer)},
-		wantReason: ReasonServerUnschedulable, wantWarning: true,
+		wantReason: v1beta1.ReasonServerUnschedulable, wantWarning: true,
 		wantMessage: "pod s-0 is Unschedulable: 0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available",
 	}, {
 		name:       "an unschedulable pod carries the scheduler's reason on one line",
 		pods:       []corev1.Pod{pod("s-0", unschedulable)},
 		claims:     map[string]claimFacts{"data-s-0": claim("data-s-0", corev1.ClaimBound, nil)},
-		wantReason: ReasonServerUnschedulable, wantWarning: true,
+		wantReason: v1beta1.ReasonServerUnschedulable, wantWarning: true,
 		wantMessage: "pod s-0 is Unschedulable: 0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available",
 	}, {
 		name:       "an image that cannot be pulled is named with the kubelet's message",
 		pods:       []corev1.Pod{pod("s-0", waiting("ImagePullBackOff", `Back-off pulling image "rancher/k3s:v9"`))},
-		wantReason: ReasonServerImagePullFailing, wantWarning: true,
+		wantReason: v1beta1.ReasonServerImagePullFailing, wantWarning: true,
 		wantMessage: `pod s-0: container k3s cannot pull image rancher/k3s:v9 (ImagePullBackOff): Back-off pulling image "rancher/k3s:v9"`,
 	}, {
 		name:       "a crash loop gives the last exit code, never the container's last words",
 		pods:       []corev1.Pod{pod("s-0", crashLoop)},
-		wantReason: ReasonServerCrashLooping, wantWarning: true,
+		wantReason: v1beta1.ReasonServerCrashLooping, wantWarning: true,
 		wantMessage: "pod s-0: container k3s is in CrashLoopBackOff, last exit code 1 (Error)",
 		wantAbsent:  "SECRET-PASSWORD",
 	}, {
 		name:       "the first blocked pod by name wins and ready pods are skipped",
 		pods:       []corev1.Pod{pod("s-2", unschedulable), pod("s-0", ready), pod("s-1", crashLoop)},
-		wantReason: ReasonServerCrashLooping, wantWarning: true,
+		wantReason: v1beta1.ReasonServerCrashLooping, wantWarning: true,
 		wantMessage: "pod s-1: container k3s is in CrashLoopBackOff, last exit code 1 (Error)",
 	}, {
 		name:   "ready pods have no blocker whatever they went through",
@@ -205,14 +206,14 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 	c := createCluster(t, newCluster(newNamespace(t), "stuck"))
 	reconcileOnce(t, r, c)
 	get(t, c, c.Name, c)
-	waitClusterEvent(t, c, corev1.EventTypeNormal, ReasonServersStarting)
+	waitClusterEvent(t, c, corev1.EventTypeNormal, v1beta1.ReasonServersStarting)
 
 	// What the StatefulSet controller would make: the claim and the pod.
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	sts := &appsv1.StatefulSet{}
 	get(t, c, n.StatefulSet, sts)
 	podName := n.StatefulSet + "-0"
-	claimName := DataVolume + "-" + podName
+	claimName := layout.DataVolume + "-" + podName
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: claimName, Labels: sts.Spec.Template.Labels},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To("missing"),
@@ -238,7 +239,7 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: podName, Labels: sts.Spec.Template.Labels},
 		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
 	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: DataVolume, VolumeSource: corev1.VolumeSource{
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: layout.DataVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}})
 	if err := k8s.Create(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -265,7 +266,7 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 		want   []string
 	}{{
 		name:   "pending claim",
-		reason: ReasonServerVolumePending,
+		reason: v1beta1.ReasonServerVolumePending,
 		want:   []string{podName, "PersistentVolumeClaim " + claimName + " is Pending", `ProvisioningFailed: storageclass.storage.k8s.io "missing" not found`},
 	}, {
 		name: "unschedulable",
@@ -275,7 +276,7 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		reason: ReasonServerUnschedulable,
+		reason: v1beta1.ReasonServerUnschedulable,
 		want:   []string{"pod " + podName + " is Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."},
 	}, {
 		name: "image pull",
@@ -286,7 +287,7 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 					State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "rancher/k3s:v0.0.0-missing"`}}}}
 			})
 		},
-		reason: ReasonServerImagePullFailing,
+		reason: v1beta1.ReasonServerImagePullFailing,
 		want:   []string{"container k3s cannot pull image rancher/k3s:v0.0.0-missing (ImagePullBackOff)"},
 	}, {
 		name: "crash loop",
@@ -298,7 +299,7 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 255, Reason: "Error", Message: "token=SECRET-TOKEN"}}}}
 			})
 		},
-		reason: ReasonServerCrashLooping,
+		reason: v1beta1.ReasonServerCrashLooping,
 		want:   []string{"container k3s is in CrashLoopBackOff, last exit code 255 (Error)"},
 	}}
 	for _, step := range steps {
@@ -306,7 +307,7 @@ func TestStuckServerCausesReachTheConditionAndEvents(t *testing.T) {
 			step.before()
 		}
 		reconcileOnce(t, r, c)
-		cond := condition(t, c, ConditionServersReady)
+		cond := condition(t, c, v1beta1.ConditionServersReady)
 		if cond.Status != metav1.ConditionFalse || cond.Reason != step.reason {
 			t.Fatalf("%s: ServersReady %s/%s %q, want False/%s", step.name, cond.Status, cond.Reason, cond.Message, step.reason)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // tokenRetry is how often a Cluster whose user-provided token Secret is missing
@@ -63,9 +65,17 @@ type Reconciler struct {
 // never waits: anything not ready yet is picked up again by the watches.
 type step func(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error)
 
+// namedStep is a step with the name a failure of it is reported under.
+type namedStep struct {
+	name string
+	run  step
+}
+
 // Reconcile brings one Cluster's host objects in line with its spec, then
-// records what it observed.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// records what it observed. Every exit after the Cluster was read observes
+// and writes the status (writeStatus, deferred), so a step that fails shows
+// on Ready (ReconcileError, naming the step) as well as being returned.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, err error) {
 	c := &v1beta1.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -75,44 +85,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	o := &observation{}
+	o.settings, o.settingsErr = Resolve(c, r.Config)
+	defer func() { err = r.writeStatus(ctx, c, o, err) }()
+
 	// Owned objects are removed by the garbage collector through their owner
 	// references, volumes by the StatefulSet's claim retention policy. The
 	// Cluster itself carries no finalizer; only etcd server pods do, released
 	// here so that a member leaves the cluster before its pod goes.
-	o := &observation{}
-	o.settings, o.settingsErr = Resolve(c, r.Config)
 	if !c.DeletionTimestamp.IsZero() {
-		if err := r.releaseEtcdPods(ctx, c.Namespace, c.Name); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, r.updateStatus(ctx, c, o)
+		o.deleting = true
+		return ctrl.Result{}, o.fail("releasing etcd server pods", r.releaseEtcdPods(ctx, c.Namespace, c.Name))
 	}
+	for _, s := range r.steps(o) {
+		res, err := s.run(ctx, c, o)
+		if err != nil {
+			return ctrl.Result{}, o.fail(s.name, err)
+		}
+		result = earliest(result, res)
+	}
+	return result, nil
+}
 
-	var result ctrl.Result
-	steps := []step{
-		r.reconcileToken, r.reconcileKubeconfigSecret, r.reconcileRBAC, r.reconcileIsolation, r.reconcileServices,
-		r.reconcileEtcdPKI, r.reconcileEtcdRoster, r.reconcileEtcdMembers,
-		r.reconcileExternalSecret, r.reconcileServers, r.reconcileVolumeSize, r.reconcileAgent,
-	}
-	if o.settingsErr != nil && o.settings.Datastore == v1beta1.EtcdDatastore {
-		// An invalid spec changes nothing, but the server pods' etcd
-		// finalizers must still be let go, or deleted pods hang.
-		o.etcd.hold = true
-		steps = []step{r.reconcileEtcdPKI, r.reconcileEtcdMembers}
-	}
-	if o.settingsErr == nil || o.etcd.hold {
-		for _, s := range steps {
-			res, err := s(ctx, c, o)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			result = earliest(result, res)
+// steps are the ordered steps of this reconcile: none for an invalid spec,
+// except with etcd, whose server pods' finalizers must still be let go, or
+// deleted pods hang (o.etcd.hold: the invalid spec changes nothing else).
+func (r *Reconciler) steps(o *observation) []namedStep {
+	if o.settingsErr != nil {
+		if o.settings.Datastore != v1beta1.EtcdDatastore {
+			return nil
 		}
+		o.etcd.hold = true
+		return []namedStep{{"etcd certificates", r.reconcileEtcdPKI}, {"etcd members", r.reconcileEtcdMembers}}
 	}
-	if err := r.observe(ctx, c, o); err != nil {
-		return ctrl.Result{}, err
+	return []namedStep{
+		{"token", r.reconcileToken},
+		{"kubeconfig Secret", r.reconcileKubeconfigSecret},
+		{"server RBAC", r.reconcileRBAC},
+		{"isolation", r.reconcileIsolation},
+		{"Services", r.reconcileServices},
+		{"etcd certificates", r.reconcileEtcdPKI},
+		{"etcd roster", r.reconcileEtcdRoster},
+		{"etcd members", r.reconcileEtcdMembers},
+		{"external datastore Secret", r.reconcileExternalSecret},
+		{"servers", r.reconcileServers},
+		{"volume size", r.reconcileVolumeSize},
+		{"agent", r.reconcileAgent},
 	}
-	return result, r.updateStatus(ctx, c, o)
 }
 
 // reconcileToken makes sure the cluster token exists, generating it only for a
@@ -121,18 +140,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // minting a new random token would lock that server out of its own data. Requeues
 // after tokenRetry while a user-provided Secret is missing.
 func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
-	name := NamesFor(c).Token
+	name := layout.NamesFor(c).Token
 	if c.Spec.TokenSecretRef != nil {
 		s := &corev1.Secret{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
 		switch {
-		case apierrors.IsNotFound(err) || (err == nil && len(s.Data[SecretKeyToken]) == 0):
-			o.token = tokenState{false, ReasonTokenSecretNotFound, fmt.Sprintf("tokenSecretRef: Secret %s with a non-empty key %q not found in namespace %s", name, SecretKeyToken, c.Namespace)}
+		case apierrors.IsNotFound(err) || (err == nil && len(s.Data[layout.SecretKeyToken]) == 0):
+			o.token = tokenState{false, v1beta1.ReasonTokenSecretNotFound, fmt.Sprintf("tokenSecretRef: Secret %s with a non-empty key %q not found in namespace %s", name, layout.SecretKeyToken, c.Namespace)}
 			return ctrl.Result{RequeueAfter: tokenRetry}, nil
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("getting token Secret %s: %w", name, err)
 		}
-		o.token = tokenState{true, ReasonTokenAvailable, "using the Secret named by tokenSecretRef"}
+		o.token = tokenState{true, v1beta1.ReasonTokenAvailable, "using the Secret named by tokenSecretRef"}
 		return ctrl.Result{}, nil
 	}
 
@@ -142,8 +161,8 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, fmt.Errorf("getting token Secret %s: %w", name, err)
 	}
 	exists := err == nil
-	if exists && len(s.Data[SecretKeyToken]) > 0 {
-		o.token = tokenState{true, ReasonTokenAvailable, "generated token Secret " + name}
+	if exists && len(s.Data[layout.SecretKeyToken]) > 0 {
+		o.token = tokenState{true, v1beta1.ReasonTokenAvailable, "generated token Secret " + name}
 		return ctrl.Result{}, nil
 	}
 	hasData, err := r.serverHasData(ctx, c)
@@ -151,7 +170,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, err
 	}
 	if hasData || restorePending(c) {
-		o.token = tokenState{false, ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(c, name)}
+		o.token = tokenState{false, v1beta1.ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(c, name)}
 		if !exists {
 			// An empty placeholder, so the publisher needs only update rights.
 			if err := ensure(ctx, r.Client, c, DesiredTokenSecret(c, ""), func(_, _ *corev1.Secret) {}); err != nil {
@@ -165,7 +184,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, err
 	}
 	if exists {
-		s.Data = map[string][]byte{SecretKeyToken: []byte(token)}
+		s.Data = map[string][]byte{layout.SecretKeyToken: []byte(token)}
 		if err := r.Client.Update(ctx, s); err != nil {
 			return ctrl.Result{}, fmt.Errorf("filling empty token Secret %s: %w", name, err)
 		}
@@ -173,7 +192,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, err
 	}
 	log.FromContext(ctx).Info("generated cluster token", "secret", name)
-	o.token = tokenState{true, ReasonTokenAvailable, "generated token Secret " + name}
+	o.token = tokenState{true, v1beta1.ReasonTokenAvailable, "generated token Secret " + name}
 	return ctrl.Result{}, nil
 }
 
@@ -181,11 +200,11 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 // kubeconfig Secret was published (the server started) or a server volume exists.
 func (r *Reconciler) serverHasData(ctx context.Context, c *v1beta1.Cluster) (bool, error) {
 	kc := &corev1.Secret{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).Kubeconfig}, kc)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("getting kubeconfig Secret: %w", err)
 	}
-	if err == nil && len(kc.Data[SecretKeyKubeconfig]) > 0 {
+	if err == nil && len(kc.Data[layout.SecretKeyKubeconfig]) > 0 {
 		return true, nil
 	}
 	claims := &corev1.PersistentVolumeClaimList{}
@@ -266,7 +285,7 @@ func copyServiceSpec(live, d *corev1.Service) {
 // member certificate.
 func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
 	sts := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, sts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("getting server StatefulSet: %w", err)
 	}
@@ -282,23 +301,17 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 	}
 	config, err := ServerConfig(c, o.settings)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
-	}
-	hash, err := TemplateConfigHash(c, o.settings)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("rendering k3s config: %w", err)
-	}
-	if err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
 		return ctrl.Result{}, err
 	}
-	replicas := o.settings.Servers
-	if paused(c, o.settings) {
-		replicas = 0 // the claims stay: whenScaled is Retain
+	if err := ensure(ctx, r.Client, c, DesiredServerConfigMap(c, config.Data), func(live, d *corev1.ConfigMap) { live.Data = d.Data }); err != nil {
+		return ctrl.Result{}, err
 	}
-	if etcdMode && exists {
-		replicas = etcdReplicas(c, o, ptr.Deref(sts.Spec.Replicas, 0))
+	var live *appsv1.StatefulSet
+	if exists {
+		live = sts
 	}
-	err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, replicas, hash), func(live, d *appsv1.StatefulSet) {
+	replicas := serverReplicas(c, o, live)
+	err = ensure(ctx, r.Client, c, DesiredStatefulSet(c, o.settings, r.Config, replicas, config.Hash), func(live, d *appsv1.StatefulSet) {
 		// Selector, serviceName, podManagementPolicy and volumeClaimTemplates
 		// are immutable; volume growth is reconcileVolumeSize's job.
 		live.Spec.Replicas = d.Spec.Replicas
@@ -374,7 +387,7 @@ func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, o *
 // observe reads what the status is derived from.
 func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observation) error {
 	sts := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, sts)
 	switch {
 	case err == nil:
 		o.statefulSet = sts
@@ -390,15 +403,15 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		return err
 	}
 	kc := &corev1.Secret{}
-	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Kubeconfig}, kc)
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).Kubeconfig}, kc)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("getting kubeconfig Secret: %w", err)
 	}
-	o.kubeconfig = kc.Data[SecretKeyKubeconfig]
+	o.kubeconfig = kc.Data[layout.SecretKeyKubeconfig]
 	o.agentWanted = r.Config.AgentImage != ""
 	if o.agentWanted {
 		agent := &appsv1.Deployment{}
-		err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: AgentName(c)}, agent)
+		err = r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.AgentName(c.Name)}, agent)
 		switch {
 		case err == nil:
 			o.agent = agent
@@ -410,6 +423,20 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		o.kubeconfigErr = r.ValidateKubeconfig(o.kubeconfig, r.now())
 	}
 	return nil
+}
+
+// writeStatus observes and writes the status on the way out of Reconcile,
+// and returns stepErr (the reconcile's own error) joined with any error of its
+// own. A deleted Cluster is not observed: its status only says so. When
+// observing fails nothing is written: a status derived from half an
+// observation would report objects missing that are not.
+func (r *Reconciler) writeStatus(ctx context.Context, c *v1beta1.Cluster, o *observation, stepErr error) error {
+	if !o.deleting {
+		if err := r.observe(ctx, c, o); err != nil {
+			return errors.Join(stepErr, err)
+		}
+	}
+	return errors.Join(stepErr, r.updateStatus(ctx, c, o))
 }
 
 // updateStatus writes the status only when it differs from the stored one.
@@ -446,7 +473,7 @@ func earliest(a, b ctrl.Result) ctrl.Result {
 // managed-by label, so the controller does not hold every Pod, Secret and
 // volume claim of the host cluster in memory.
 func CacheByObject() map[client.Object]cache.ByObject {
-	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
+	selector := labels.SelectorFromSet(labels.Set{v1beta1.LabelManagedBy: v1beta1.ManagedByValue})
 	out := map[client.Object]cache.ByObject{}
 	for _, obj := range []client.Object{
 		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Secret{}, &corev1.ConfigMap{},
@@ -464,8 +491,8 @@ func CacheByObject() map[client.Object]cache.ByObject {
 // by label).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-		name := obj.GetLabels()[LabelCluster]
-		if name == "" || obj.GetLabels()[LabelManagedBy] != ManagedByValue {
+		name := obj.GetLabels()[v1beta1.LabelCluster]
+		if name == "" || obj.GetLabels()[v1beta1.LabelManagedBy] != v1beta1.ManagedByValue {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}

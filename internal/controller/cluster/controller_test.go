@@ -25,6 +25,7 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // createCluster saves c and fails the test on error.
@@ -46,20 +47,20 @@ func get(t *testing.T, c *v1beta1.Cluster, name string, obj client.Object) {
 
 // ownedObjects are the host objects of a sqlite Cluster, keyed by kind/name.
 func ownedObjects(c *v1beta1.Cluster) map[string]client.Object {
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	return map[string]client.Object{
-		"Secret/" + n.Token:                  &corev1.Secret{},
-		"Secret/" + n.Kubeconfig:             &corev1.Secret{},
-		"ConfigMap/" + n.ServerConfig:        &corev1.ConfigMap{},
-		"Service/" + n.Service:               &corev1.Service{},
-		"Service/" + n.Headless:              &corev1.Service{},
-		"StatefulSet/" + n.StatefulSet:       &appsv1.StatefulSet{},
-		"ServiceAccount/" + n.ServiceAccount: &corev1.ServiceAccount{},
-		"Role/" + n.ServiceAccount:           &rbacv1.Role{},
-		"RoleBinding/" + n.ServiceAccount:    &rbacv1.RoleBinding{},
-		"ServiceAccount/" + AgentName(c):     &corev1.ServiceAccount{},
-		"RoleBinding/" + AgentName(c):        &rbacv1.RoleBinding{},
-		"Deployment/" + AgentName(c):         &appsv1.Deployment{},
+		"Secret/" + n.Token:                          &corev1.Secret{},
+		"Secret/" + n.Kubeconfig:                     &corev1.Secret{},
+		"ConfigMap/" + n.ServerConfig:                &corev1.ConfigMap{},
+		"Service/" + n.Service:                       &corev1.Service{},
+		"Service/" + n.Headless:                      &corev1.Service{},
+		"StatefulSet/" + n.StatefulSet:               &appsv1.StatefulSet{},
+		"ServiceAccount/" + n.ServiceAccount:         &corev1.ServiceAccount{},
+		"Role/" + n.ServiceAccount:                   &rbacv1.Role{},
+		"RoleBinding/" + n.ServiceAccount:            &rbacv1.RoleBinding{},
+		"ServiceAccount/" + layout.AgentName(c.Name): &corev1.ServiceAccount{},
+		"RoleBinding/" + layout.AgentName(c.Name):    &rbacv1.RoleBinding{},
+		"Deployment/" + layout.AgentName(c.Name):     &appsv1.Deployment{},
 	}
 }
 
@@ -107,12 +108,12 @@ func TestReconcileCreatesTheServerObjects(t *testing.T) {
 	}))
 	reconcileOnce(t, r, c)
 	get(t, c, c.Name, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 
 	token := &corev1.Secret{}
 	get(t, c, n.Token, token)
-	if raw, err := hex.DecodeString(string(token.Data[SecretKeyToken])); err != nil || len(raw) != 32 {
-		t.Fatalf("token is not 32 random bytes in hex (len %d, err %v)", len(token.Data[SecretKeyToken]), err)
+	if raw, err := hex.DecodeString(string(token.Data[layout.SecretKeyToken])); err != nil || len(raw) != 32 {
+		t.Fatalf("token is not 32 random bytes in hex (len %d, err %v)", len(token.Data[layout.SecretKeyToken]), err)
 	}
 	kc := &corev1.Secret{}
 	get(t, c, n.Kubeconfig, kc)
@@ -148,8 +149,8 @@ func TestReconcileCreatesTheServerObjects(t *testing.T) {
 	}
 	cm := &corev1.ConfigMap{}
 	get(t, c, n.ServerConfig, cm)
-	if cm.Data[ConfigMapKeyConfig] != string(wantConfig) {
-		t.Fatalf("k3s config differs:\n got: %s\nwant: %s", cm.Data[ConfigMapKeyConfig], wantConfig)
+	if cm.Data[layout.ConfigMapKeyConfig] != string(wantConfig.Data) {
+		t.Fatalf("k3s config differs:\n got: %s\nwant: %s", cm.Data[layout.ConfigMapKeyConfig], wantConfig.Data)
 	}
 
 	sts := &appsv1.StatefulSet{}
@@ -184,10 +185,10 @@ func TestReconcileCreatesTheServerObjects(t *testing.T) {
 		}
 	}
 
-	if got := condition(t, c, ConditionKubeconfigPublished); got.Reason != ReasonWaiting {
-		t.Fatalf("KubeconfigPublished reason %s, want %s", got.Reason, ReasonWaiting)
+	if got := condition(t, c, v1beta1.ConditionKubeconfigPublished); got.Reason != v1beta1.ReasonWaiting {
+		t.Fatalf("KubeconfigPublished reason %s, want %s", got.Reason, v1beta1.ReasonWaiting)
 	}
-	if got := condition(t, c, ConditionTokenReady); got.Status != metav1.ConditionTrue {
+	if got := condition(t, c, v1beta1.ConditionTokenReady); got.Status != metav1.ConditionTrue {
 		t.Fatalf("TokenReady %+v", got)
 	}
 	get(t, c, c.Name, c)
@@ -223,7 +224,7 @@ func equalStrings(a, b []string) bool {
 func makeReady(t *testing.T, c *v1beta1.Cluster) {
 	t.Helper()
 	ctx := context.Background()
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	sts := &appsv1.StatefulSet{}
 	get(t, c, n.StatefulSet, sts)
 	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1, CurrentReplicas: 1, AvailableReplicas: 1}
@@ -235,8 +236,8 @@ func makeReady(t *testing.T, c *v1beta1.Cluster) {
 		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
 	}
 	// As the StatefulSet controller does: the claim template becomes a volume.
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: DataVolume, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: DataVolume + "-" + pod.Name},
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: layout.DataVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: layout.DataVolume + "-" + pod.Name},
 	}})
 	if err := k8s.Create(ctx, pod); err != nil {
 		t.Fatalf("creating server pod: %v", err)
@@ -248,7 +249,7 @@ func makeReady(t *testing.T, c *v1beta1.Cluster) {
 	}
 	kc := &corev1.Secret{}
 	get(t, c, n.Kubeconfig, kc)
-	kc.Data = map[string][]byte{SecretKeyKubeconfig: validKubeconfig(t, Endpoint(c))}
+	kc.Data = map[string][]byte{layout.SecretKeyKubeconfig: validKubeconfig(t, layout.Endpoint(c))}
 	if err := k8s.Update(ctx, kc); err != nil {
 		t.Fatalf("publishing kubeconfig: %v", err)
 	}
@@ -283,7 +284,7 @@ func TestSteadyStateReconcilesWriteNothing(t *testing.T) {
 	}
 
 	check("provisioning")
-	if got := condition(t, c, ConditionReady); got.Status != metav1.ConditionFalse {
+	if got := condition(t, c, v1beta1.ConditionReady); got.Status != metav1.ConditionFalse {
 		t.Fatalf("Ready while provisioning: %+v", got)
 	}
 	makeReady(t, c)
@@ -299,7 +300,7 @@ func TestDeletedObjectsAreRecreated(t *testing.T) {
 	r, _ := newReconciler(t)
 	c := createCluster(t, newCluster(newNamespace(t), "phoenix"))
 	reconcileOnce(t, r, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	ctx := context.Background()
 	for _, key := range []string{"Service/" + n.Service, "Service/" + n.Headless, "StatefulSet/" + n.StatefulSet, "Secret/" + n.Kubeconfig, "Role/" + n.ServiceAccount, "ConfigMap/" + n.ServerConfig} {
 		obj := ownedObjects(c)[key]
@@ -327,11 +328,11 @@ func TestTokenIsNeverReplacedOnceTheServerHasData(t *testing.T) {
 	reconcileOnce(t, r, c)
 	makeReady(t, c)
 	reconcileOnce(t, r, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	ctx := context.Background()
 	token := &corev1.Secret{}
 	get(t, c, n.Token, token)
-	original := string(token.Data[SecretKeyToken])
+	original := string(token.Data[layout.SecretKeyToken])
 	if err := k8s.Delete(ctx, token); err != nil {
 		t.Fatal(err)
 	}
@@ -342,8 +343,8 @@ func TestTokenIsNeverReplacedOnceTheServerHasData(t *testing.T) {
 	if len(placeholder.Data) != 0 {
 		t.Fatalf("the controller minted a new token for a server that has data")
 	}
-	if got := condition(t, c, ConditionTokenReady); got.Status != metav1.ConditionFalse || got.Reason != ReasonTokenAwaitingRestore {
-		t.Fatalf("TokenReady %+v, want False/%s", got, ReasonTokenAwaitingRestore)
+	if got := condition(t, c, v1beta1.ConditionTokenReady); got.Status != metav1.ConditionFalse || got.Reason != v1beta1.ReasonTokenAwaitingRestore {
+		t.Fatalf("TokenReady %+v, want False/%s", got, v1beta1.ReasonTokenAwaitingRestore)
 	}
 	reconcileOnce(t, r, c)
 	get(t, c, n.Token, placeholder)
@@ -352,16 +353,16 @@ func TestTokenIsNeverReplacedOnceTheServerHasData(t *testing.T) {
 	}
 
 	// What the publisher does: restore the server's own copy.
-	placeholder.Data = map[string][]byte{SecretKeyToken: []byte(original)}
+	placeholder.Data = map[string][]byte{layout.SecretKeyToken: []byte(original)}
 	if err := k8s.Update(ctx, placeholder); err != nil {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, c)
-	if got := condition(t, c, ConditionTokenReady); got.Status != metav1.ConditionTrue {
+	if got := condition(t, c, v1beta1.ConditionTokenReady); got.Status != metav1.ConditionTrue {
 		t.Fatalf("TokenReady after restore: %+v", got)
 	}
 	get(t, c, n.Token, placeholder)
-	if string(placeholder.Data[SecretKeyToken]) != original {
+	if string(placeholder.Data[layout.SecretKeyToken]) != original {
 		t.Fatalf("token changed after restore")
 	}
 }
@@ -372,16 +373,16 @@ func TestTokenIsGeneratedForAClusterWithoutData(t *testing.T) {
 	r, _ := newReconciler(t)
 	c := createCluster(t, newCluster(newNamespace(t), "fresh"))
 	reconcileOnce(t, r, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	token := &corev1.Secret{}
 	get(t, c, n.Token, token)
-	first := string(token.Data[SecretKeyToken])
+	first := string(token.Data[layout.SecretKeyToken])
 	if err := k8s.Delete(context.Background(), token); err != nil {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, c)
 	get(t, c, n.Token, token)
-	if second := string(token.Data[SecretKeyToken]); len(second) != 64 || second == first {
+	if second := string(token.Data[layout.SecretKeyToken]); len(second) != 64 || second == first {
 		t.Fatalf("want a new 64-hex-digit token, got %d chars (same as before: %v)", len(second), second == first)
 	}
 }
@@ -404,12 +405,12 @@ func TestVolumeClaimCountsAsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := &corev1.Secret{}
-	get(t, c, NamesFor(c).Token, token)
+	get(t, c, layout.NamesFor(c).Token, token)
 	if err := k8s.Delete(ctx, token); err != nil {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, c)
-	get(t, c, NamesFor(c).Token, token)
+	get(t, c, layout.NamesFor(c).Token, token)
 	if len(token.Data) != 0 {
 		t.Fatalf("a token was minted although a server volume exists")
 	}
@@ -424,10 +425,10 @@ func TestUserTokenSecret(t *testing.T) {
 	if res.RequeueAfter != tokenRetry {
 		t.Fatalf("a missing user token Secret must be retried after %s, got %+v", tokenRetry, res)
 	}
-	if got := condition(t, c, ConditionTokenReady); got.Reason != ReasonTokenSecretNotFound {
+	if got := condition(t, c, v1beta1.ConditionTokenReady); got.Reason != v1beta1.ReasonTokenSecretNotFound {
 		t.Fatalf("TokenReady %+v", got)
 	}
-	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, &appsv1.StatefulSet{})
+	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, &appsv1.StatefulSet{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("servers must not start without their token; get StatefulSet: %v", err)
 	}
@@ -438,14 +439,14 @@ func TestUserTokenSecret(t *testing.T) {
 	}
 	reconcileOnce(t, r, c)
 	sts := &appsv1.StatefulSet{}
-	get(t, c, NamesFor(c).StatefulSet, sts)
+	get(t, c, layout.NamesFor(c).StatefulSet, sts)
 	for _, v := range sts.Spec.Template.Spec.Volumes {
-		if v.Name == TokenVolume && v.Secret.SecretName != "my-token" {
+		if v.Name == layout.TokenVolume && v.Secret.SecretName != "my-token" {
 			t.Fatalf("token volume uses %s", v.Secret.SecretName)
 		}
 	}
 	role := &rbacv1.Role{}
-	get(t, c, NamesFor(c).ServiceAccount, role)
+	get(t, c, layout.NamesFor(c).ServiceAccount, role)
 	if !equalStrings(role.Rules[0].ResourceNames, []string{"k3k-byo-kubeconfig", "my-token"}) {
 		t.Fatalf("role resourceNames %v", role.Rules[0].ResourceNames)
 	}
@@ -460,15 +461,15 @@ func TestDefaultsTheSpecCannotMeet(t *testing.T) {
 	r, _ := newReconciler(t)
 	c := createCluster(t, newCluster(newNamespace(t), "three", func(c *v1beta1.Cluster) { c.Spec.Servers = 3 }))
 	reconcileOnce(t, r, c)
-	got := condition(t, c, ConditionReady)
-	if got.Reason != ReasonInvalidSpec {
-		t.Fatalf("Ready %+v, want reason %s", got, ReasonInvalidSpec)
+	got := condition(t, c, v1beta1.ConditionReady)
+	if got.Reason != v1beta1.ReasonInvalidSpec {
+		t.Fatalf("Ready %+v, want reason %s", got, v1beta1.ReasonInvalidSpec)
 	}
 	get(t, c, c.Name, c)
 	if c.Status.Phase != v1beta1.PhaseFailed {
 		t.Fatalf("phase %s", c.Status.Phase)
 	}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).Token}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).Token}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("nothing should be created for an invalid spec: %v", err)
 	}
 }
@@ -497,7 +498,7 @@ func TestManagerRestoresDeletedObjects(t *testing.T) {
 	ctx := context.Background()
 
 	c := createCluster(t, newCluster(ns, "watched"))
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -546,7 +547,7 @@ func TestSpecChangesAreApplied(t *testing.T) {
 	c := createCluster(t, newCluster(newNamespace(t), "changing"))
 	reconcileOnce(t, r, c)
 	reconcileOnce(t, r, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	sts := &appsv1.StatefulSet{}
 	get(t, c, n.StatefulSet, sts)
 	oldHash := sts.Spec.Template.Annotations[AnnotationConfigHash]
@@ -601,22 +602,22 @@ func TestKubeconfigConditionFollowsTheSecret(t *testing.T) {
 		data       []byte
 		wantReason string
 	}{
-		{nil, ReasonWaiting},
-		{[]byte("apiVersion: v1\nkind: Config\nclusters: [oops"), ReasonInvalid},
-		{validKubeconfig(t, "https://k3k-kc-service."+c.Namespace+".svc:443"), ReasonPublished},
-		{[]byte("  \n"), ReasonWaiting},
+		{nil, v1beta1.ReasonWaiting},
+		{[]byte("apiVersion: v1\nkind: Config\nclusters: [oops"), v1beta1.ReasonInvalid},
+		{validKubeconfig(t, "https://k3k-kc-service."+c.Namespace+".svc:443"), v1beta1.ReasonPublished},
+		{[]byte("  \n"), v1beta1.ReasonWaiting},
 	} {
-		get(t, c, NamesFor(c).Kubeconfig, secret)
-		secret.Data = map[string][]byte{SecretKeyKubeconfig: tc.data}
+		get(t, c, layout.NamesFor(c).Kubeconfig, secret)
+		secret.Data = map[string][]byte{layout.SecretKeyKubeconfig: tc.data}
 		if err := k8s.Update(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
 		reconcileOnce(t, r, c)
-		got := condition(t, c, ConditionKubeconfigPublished)
+		got := condition(t, c, v1beta1.ConditionKubeconfigPublished)
 		if got.Reason != tc.wantReason {
 			t.Fatalf("content %.20q: reason %s (%s), want %s", tc.data, got.Reason, got.Message, tc.wantReason)
 		}
-		if got.Reason == ReasonInvalid && strings.Contains(got.Message, "oops") {
+		if got.Reason == v1beta1.ReasonInvalid && strings.Contains(got.Message, "oops") {
 			t.Fatalf("the condition quotes the Secret's content: %s", got.Message)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func TestResolve(t *testing.T) {
@@ -111,7 +112,7 @@ token-file: /etc/k3k/token/token
 write-kubeconfig: /var/lib/k3k/kubeconfig/kubeconfig.yaml
 write-kubeconfig-mode: "0600"
 `
-	if diff := cmp.Diff(want, string(got)); diff != "" {
+	if diff := cmp.Diff(want, string(got.Data)); diff != "" {
 		t.Fatalf("k3s config (-want +got):\n%s", diff)
 	}
 }
@@ -144,7 +145,7 @@ func TestDesiredStatefulSetPersistence(t *testing.T) {
 			}
 			var dataVol *corev1.VolumeSource
 			for _, v := range sts.Spec.Template.Spec.Volumes {
-				if v.Name == DataVolume {
+				if v.Name == layout.DataVolume {
 					dataVol = v.VolumeSource.DeepCopy()
 				}
 			}
@@ -267,7 +268,7 @@ func TestIngressHostIsATLSSAN(t *testing.T) {
 }
 
 func TestComputeStatus(t *testing.T) {
-	ready := tokenState{true, ReasonTokenAvailable, "ok"}
+	ready := tokenState{true, v1beta1.ReasonTokenAvailable, "ok"}
 	base := Settings{Datastore: v1beta1.SQLiteDatastore, Persistence: v1beta1.DynamicPersistence, Servers: 1}
 	cases := []struct {
 		name      string
@@ -279,25 +280,25 @@ func TestComputeStatus(t *testing.T) {
 			name:      "nothing created yet is pending",
 			o:         observation{settings: base, token: ready},
 			wantPhase: v1beta1.PhasePending,
-			want:      map[string]string{ConditionServersReady: ReasonServersStarting, ConditionKubeconfigPublished: ReasonWaiting, ConditionReady: ReasonNotReady},
+			want:      map[string]string{v1beta1.ConditionServersReady: v1beta1.ReasonServersStarting, v1beta1.ConditionKubeconfigPublished: v1beta1.ReasonWaiting, v1beta1.ConditionReady: v1beta1.ReasonNotReady},
 		},
 		{
 			name:      "an invalid kubeconfig is reported as such",
 			o:         observation{settings: base, token: ready, kubeconfig: []byte("x"), kubeconfigErr: errors.New("bad")},
 			wantPhase: v1beta1.PhasePending,
-			want:      map[string]string{ConditionKubeconfigPublished: ReasonInvalid},
+			want:      map[string]string{v1beta1.ConditionKubeconfigPublished: v1beta1.ReasonInvalid},
 		},
 		{
 			name:      "an unrealisable spec fails",
 			o:         observation{settings: base, settingsErr: &InvalidSpecError{Message: "no"}},
 			wantPhase: v1beta1.PhaseFailed,
-			want:      map[string]string{ConditionReady: ReasonInvalidSpec},
+			want:      map[string]string{v1beta1.ConditionReady: v1beta1.ReasonInvalidSpec},
 		},
 		{
 			name:      "etcd before any member was observed",
 			o:         observation{settings: Settings{Datastore: v1beta1.EtcdDatastore, Servers: 3}, token: ready},
 			wantPhase: v1beta1.PhasePending,
-			want:      map[string]string{ConditionDatastoreReady: ReasonDatastoreStarting, ConditionEtcdMembership: ReasonNotObserved},
+			want:      map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonDatastoreStarting, v1beta1.ConditionEtcdMembership: v1beta1.ReasonNotObserved},
 		},
 	}
 	for _, tc := range cases {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/pki"
 )
 
@@ -32,19 +33,6 @@ import (
 // release the server pods' finalizers; perform at most one membership step
 // (etcd.Plan). The StatefulSet is sized after that (StatefulSetReplicas), so a
 // member is always removed from etcd before its pod is deleted.
-
-// AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
-// loss (`k3kcli cluster recover NAME` sets it; the value identifies the
-// request). The controller rebuilds the cluster from the most advanced
-// surviving member only while quorum is lost, reports it in the EtcdRecovery
-// condition and in Events, and records the request as handled when done or
-// refused (status.datastore.recoveryRequest), so a request never acts later
-// on its own.
-const AnnotationEtcdRecover = "k3k.io/etcd-recover"
-
-// ConditionEtcdRecovery reports the last recovery from quorum loss an
-// operator asked for.
-const ConditionEtcdRecovery = "EtcdRecovery"
 
 // Requeue intervals of an etcd cluster: soon after a membership step, to see
 // its effect; a little later while Plan waits for something; and a periodic
@@ -87,7 +75,7 @@ func (r *Reconciler) reconcileEtcdPKI(ctx context.Context, c *v1beta1.Cluster, o
 	if o.settings.Datastore != v1beta1.EtcdDatastore {
 		return ctrl.Result{}, nil
 	}
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	now := r.now()
 	ca, problem, err := r.etcdCA(ctx, c, now)
 	if err != nil || problem != "" {
@@ -123,7 +111,7 @@ func (r *Reconciler) reconcileEtcdPKI(ctx context.Context, c *v1beta1.Cluster, o
 // etcdCA returns the cluster's etcd CA, creating it when its Secret does not
 // exist. An unreadable CA is reported, not replaced: it may be the user's.
 func (r *Reconciler) etcdCA(ctx context.Context, c *v1beta1.Cluster, now time.Time) (pki.KeyPair, string, error) {
-	name := NamesFor(c).EtcdCA
+	name := layout.NamesFor(c).EtcdCA
 	s := &corev1.Secret{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
 	switch {
@@ -170,7 +158,7 @@ func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster
 		return ctrl.Result{}, nil
 	}
 	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).EtcdRoster}, cm)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).EtcdRoster}, cm)
 	switch {
 	case err == nil:
 		return ctrl.Result{}, nil
@@ -182,7 +170,7 @@ func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster
 		return ctrl.Result{}, err
 	}
 	if hasData {
-		o.etcd.rosterProblem = fmt.Sprintf("ConfigMap %s is missing and the servers already hold data: it is published again once a member answers (members with data start without it)", NamesFor(c).EtcdRoster)
+		o.etcd.rosterProblem = fmt.Sprintf("ConfigMap %s is missing and the servers already hold data: it is published again once a member answers (members with data start without it)", layout.NamesFor(c).EtcdRoster)
 		return ctrl.Result{}, nil
 	}
 	desired, err := DesiredEtcdRosterConfigMap(c, etcd.InitialRoster(EtcdClusterToken(c), EtcdPeer(c, 0)))
@@ -211,7 +199,7 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	servers := o.settings.Servers
 	if o.etcd.hold {
 		sts := &appsv1.StatefulSet{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts)
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, sts)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("getting the server StatefulSet: %w", err)
 		}
@@ -259,11 +247,10 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	}
 	o.etcd.action = etcd.Plan(observed, desired)
 	if err := etcd.Execute(ctx, cl, o.etcd.action); err != nil {
-		// etcd said "not yet" or could not be reached for the step: report it
-		// and look again soon; a reconcile error would hide it from the status.
+		// etcd said "not yet" or could not be reached for the step:
+		// EtcdMembership says StepNotDone, and the error retries it.
 		o.etcd.actionErr = err
-		log.FromContext(ctx).Info("etcd membership step not done", "action", o.etcd.action.Type, "error", err.Error())
-		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
+		return ctrl.Result{}, fmt.Errorf("etcd membership step %s: %w", o.etcd.action.Type, err)
 	}
 	if o.etcd.action.Type != etcd.ActionNone {
 		log.FromContext(ctx).Info("etcd membership step", "action", o.etcd.action.Type, "reason", o.etcd.action.Reason, "message", o.etcd.action.Message)
@@ -275,7 +262,7 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	return ctrl.Result{RequeueAfter: etcdRequeueInSync}, nil
 }
 
-// reconcileEtcdRecovery acts on AnnotationEtcdRecover. While quorum is lost it
+// reconcileEtcdRecovery acts on v1beta1.AnnotationEtcdRecover. While quorum is lost it
 // publishes the last roster with the recovery (etcd.PlanRecovery) added: the
 // survivor's sidecar restarts it with --force-new-cluster. Once members
 // confirm a quorum again the request is done; any other state refuses it. A
@@ -284,19 +271,20 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 // reconcile that finds it done, so that the roster keeps naming the request
 // until the status records it as handled (seen on a real node: a reconcile
 // that found it done republished the roster, then failed on a pod update
-// before writing status, and the next one refused the request it had done).
+// before writing status, and the next one refused the request it had done;
+// the status is now written on every exit, but that write can fail too).
 func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Cluster, observed etcd.Observed, o *observation) (bool, error) {
-	request := c.Annotations[AnnotationEtcdRecover]
+	request := c.Annotations[v1beta1.AnnotationEtcdRecover]
 	if request == "" || o.etcd.hold || (c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest == request) {
 		return false, nil
 	}
 	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).EtcdRoster}, cm)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).EtcdRoster}, cm)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("getting etcd member roster: %w", err)
 	}
 	var last etcd.Roster
-	if raw := cm.Data[ConfigMapKeyRoster]; raw != "" {
+	if raw := cm.Data[layout.ConfigMapKeyRoster]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), &last); err != nil {
 			return false, fmt.Errorf("parsing the published etcd member roster: %w", err)
 		}
@@ -304,7 +292,7 @@ func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Clust
 	rec, ok, msg := etcd.PlanRecovery(observed, request)
 	switch {
 	case ok && len(last.Members) == 0:
-		msg = fmt.Sprintf("ConfigMap %s holds no roster to add the recovery to; %s", NamesFor(c).EtcdRoster, msg)
+		msg = fmt.Sprintf("ConfigMap %s holds no roster to add the recovery to; %s", layout.NamesFor(c).EtcdRoster, msg)
 	case ok:
 		o.etcd.recovery = &condResult{false, etcd.ReasonRecovering, msg}
 		if last.Recover != nil && *last.Recover == rec {
@@ -350,12 +338,12 @@ func (r *Reconciler) keepFinalizer(ctx context.Context, c *v1beta1.Cluster, pod 
 		return nil
 	}
 	if pod.DeletionTimestamp.IsZero() {
-		if controllerutil.ContainsFinalizer(pod, FinalizerEtcdMember) {
+		if controllerutil.ContainsFinalizer(pod, v1beta1.FinalizerEtcdMember) {
 			return nil
 		}
 		return patchFinalizer(ctx, r.Client, pod, true)
 	}
-	if !controllerutil.ContainsFinalizer(pod, FinalizerEtcdMember) {
+	if !controllerutil.ContainsFinalizer(pod, v1beta1.FinalizerEtcdMember) {
 		return nil
 	}
 	peer := EtcdPeer(c, i)
@@ -375,12 +363,12 @@ func (r *Reconciler) keepFinalizer(ctx context.Context, c *v1beta1.Cluster, pod 
 func (r *Reconciler) releaseEtcdPods(ctx context.Context, namespace, name string) error {
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{
-		LabelManagedBy: ManagedByValue, LabelCluster: name, LabelComponent: ComponentServer,
+		v1beta1.LabelManagedBy: v1beta1.ManagedByValue, v1beta1.LabelCluster: name, v1beta1.LabelComponent: v1beta1.ComponentServer,
 	}); err != nil {
 		return fmt.Errorf("listing server pods: %w", err)
 	}
 	for i := range pods.Items {
-		if controllerutil.ContainsFinalizer(&pods.Items[i], FinalizerEtcdMember) {
+		if controllerutil.ContainsFinalizer(&pods.Items[i], v1beta1.FinalizerEtcdMember) {
 			if err := patchFinalizer(ctx, r.Client, &pods.Items[i], false); err != nil {
 				return err
 			}
@@ -394,9 +382,9 @@ func (r *Reconciler) releaseEtcdPods(ctx context.Context, namespace, name string
 func patchFinalizer(ctx context.Context, cl client.Client, pod *corev1.Pod, add bool) error {
 	before := pod.DeepCopy()
 	if add {
-		controllerutil.AddFinalizer(pod, FinalizerEtcdMember)
+		controllerutil.AddFinalizer(pod, v1beta1.FinalizerEtcdMember)
 	} else {
-		controllerutil.RemoveFinalizer(pod, FinalizerEtcdMember)
+		controllerutil.RemoveFinalizer(pod, v1beta1.FinalizerEtcdMember)
 	}
 	err := cl.Patch(ctx, pod, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {
@@ -429,14 +417,6 @@ func lostMemberID(pod *corev1.Pod) uint64 {
 		}
 	}
 	return 0
-}
-
-// etcdReplicas is the StatefulSet's size for an etcd cluster.
-func etcdReplicas(c *v1beta1.Cluster, o *observation, current int32) int32 {
-	if o.etcd.observed == nil || !o.etcd.observed.AnyReachable() || len(o.etcd.observed.Members) == 0 {
-		return StatefulSetReplicas(o.settings.Servers, nil, false, current)
-	}
-	return StatefulSetReplicas(o.settings.Servers, memberOrdinals(c, *o.etcd.observed), true, current)
 }
 
 // EtcdDialer opens connections to etcd members; see Reconciler.EtcdDial.

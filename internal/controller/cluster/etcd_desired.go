@@ -3,8 +3,6 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/pki"
 )
 
@@ -23,12 +22,12 @@ import (
 // EtcdPeer is server pod ordinal i as an etcd member: its name is the pod name
 // and its URLs name the pod by DNS under the headless Service, never by IP.
 func EtcdPeer(c *v1beta1.Cluster, i int) etcd.Peer {
-	pod := ServerPodName(c, i)
-	host := ServerPodHost(c, pod)
+	pod := layout.ServerPodName(c, i)
+	host := layout.ServerPodHost(c, pod)
 	return etcd.Peer{
 		Name:      pod,
-		PeerURL:   fmt.Sprintf("https://%s:%d", host, DatastorePeerPort),
-		ClientURL: fmt.Sprintf("https://%s:%d", host, DatastoreClientPort),
+		PeerURL:   fmt.Sprintf("https://%s:%d", host, layout.DatastorePeerPort),
+		ClientURL: fmt.Sprintf("https://%s:%d", host, layout.DatastoreClientPort),
 	}
 }
 
@@ -48,7 +47,7 @@ func EtcdDesired(c *v1beta1.Cluster, servers int32, lost map[string]uint64) etcd
 // ServerOrdinal is the ordinal of server pod name, or -1 when name is not one
 // of c's server pods.
 func ServerOrdinal(c *v1beta1.Cluster, name string) int {
-	rest, ok := strings.CutPrefix(name, NamesFor(c).StatefulSet+"-")
+	rest, ok := strings.CutPrefix(name, layout.NamesFor(c).StatefulSet+"-")
 	if !ok {
 		return -1
 	}
@@ -65,7 +64,7 @@ func ServerOrdinal(c *v1beta1.Cluster, name string) int {
 func EtcdMemberDNSNames(c *v1beta1.Cluster) []string {
 	names := make([]string, 0, MaxServers)
 	for i := range MaxServers {
-		names = append(names, ServerPodHost(c, ServerPodName(c, i)))
+		names = append(names, layout.ServerPodHost(c, layout.ServerPodName(c, i)))
 	}
 	return names
 }
@@ -73,7 +72,7 @@ func EtcdMemberDNSNames(c *v1beta1.Cluster) []string {
 // EtcdMemberCertSpec is the certificate every member serves and dials with; k3s
 // and the controller use it as their etcd client certificate too.
 func EtcdMemberCertSpec(c *v1beta1.Cluster) pki.CertSpec {
-	return pki.MemberSpec(NamesFor(c).StatefulSet, EtcdMemberDNSNames(c)...)
+	return pki.MemberSpec(layout.NamesFor(c).StatefulSet, EtcdMemberDNSNames(c)...)
 }
 
 // EtcdClusterToken is etcd's initial cluster token: unique per Cluster object,
@@ -94,7 +93,7 @@ const (
 // mounted into a pod: only the controller issues certificates.
 func DesiredEtcdCASecret(c *v1beta1.Cluster, ca pki.KeyPair) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: objectMeta(c, NamesFor(c).EtcdCA),
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).EtcdCA),
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{SecretKeyTLSCert: ca.CertPEM, SecretKeyTLSKey: ca.KeyPEM},
 	}
@@ -104,7 +103,7 @@ func DesiredEtcdCASecret(c *v1beta1.Cluster, ca pki.KeyPair) *corev1.Secret {
 // (without its key) and the member certificate.
 func DesiredEtcdMemberSecret(c *v1beta1.Cluster, caCert []byte, member pki.KeyPair) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: objectMeta(c, NamesFor(c).EtcdMember),
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).EtcdMember),
 		Type:       corev1.SecretTypeTLS,
 		Data: map[string][]byte{
 			SecretKeyCACert: caCert, SecretKeyTLSCert: member.CertPEM, SecretKeyTLSKey: member.KeyPEM,
@@ -119,8 +118,8 @@ func DesiredEtcdRosterConfigMap(c *v1beta1.Cluster, r etcd.Roster) (*corev1.Conf
 		return nil, fmt.Errorf("encoding etcd member roster: %w", err)
 	}
 	return &corev1.ConfigMap{
-		ObjectMeta: objectMeta(c, NamesFor(c).EtcdRoster),
-		Data:       map[string]string{ConfigMapKeyRoster: string(raw)},
+		ObjectMeta: objectMeta(c, layout.NamesFor(c).EtcdRoster),
+		Data:       map[string]string{layout.ConfigMapKeyRoster: string(raw)},
 	}, nil
 }
 
@@ -137,19 +136,19 @@ func etcdEndpoints(c *v1beta1.Cluster, servers int32) string {
 // downward API ($(POD_NAME) is expanded by the kubelet), so one template
 // serves every ordinal.
 func EtcdArgs(c *v1beta1.Cluster) []string {
-	host := "$(POD_NAME)." + NamesFor(c).Headless + "." + c.Namespace + ".svc"
+	host := "$(POD_NAME)." + layout.NamesFor(c).Headless + "." + c.Namespace + ".svc"
 	return []string{
 		"/usr/local/bin/datastore", "etcd",
 		"--name=$(POD_NAME)",
-		"--data-dir=" + EtcdDataDir + "/data",
-		"--peer-url=https://" + host + ":" + strconv.Itoa(DatastorePeerPort),
-		"--client-url=https://" + host + ":" + strconv.Itoa(DatastoreClientPort),
-		"--members-file=" + EtcdRosterPath,
-		"--ca-file=" + EtcdCAPath,
-		"--cert-file=" + EtcdCertPath,
-		"--key-file=" + EtcdKeyPath,
-		"--health-address=:" + strconv.Itoa(DatastoreHealthPort),
-		"--metrics-address=:" + strconv.Itoa(DatastoreMetricsPort),
+		"--data-dir=" + layout.EtcdDataDir + "/data",
+		"--peer-url=https://" + host + ":" + strconv.Itoa(layout.DatastorePeerPort),
+		"--client-url=https://" + host + ":" + strconv.Itoa(layout.DatastoreClientPort),
+		"--members-file=" + layout.EtcdRosterPath,
+		"--ca-file=" + layout.EtcdCAPath,
+		"--cert-file=" + layout.EtcdCertPath,
+		"--key-file=" + layout.EtcdKeyPath,
+		"--health-address=:" + strconv.Itoa(layout.DatastoreHealthPort),
+		"--metrics-address=:" + strconv.Itoa(layout.DatastoreMetricsPort),
 	}
 }
 
@@ -166,21 +165,21 @@ func etcdSidecar(c *v1beta1.Cluster, cfg Config) corev1.Container {
 		Env:             []corev1.EnvVar{podNameEnv()},
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports: []corev1.ContainerPort{
-			{Name: "etcd-client", ContainerPort: DatastoreClientPort, Protocol: corev1.ProtocolTCP},
-			{Name: "etcd-peer", ContainerPort: DatastorePeerPort, Protocol: corev1.ProtocolTCP},
-			{Name: "ds-health", ContainerPort: DatastoreHealthPort, Protocol: corev1.ProtocolTCP},
-			{Name: "ds-metrics", ContainerPort: DatastoreMetricsPort, Protocol: corev1.ProtocolTCP},
+			{Name: "etcd-client", ContainerPort: layout.DatastoreClientPort, Protocol: corev1.ProtocolTCP},
+			{Name: "etcd-peer", ContainerPort: layout.DatastorePeerPort, Protocol: corev1.ProtocolTCP},
+			{Name: "ds-health", ContainerPort: layout.DatastoreHealthPort, Protocol: corev1.ProtocolTCP},
+			{Name: "ds-metrics", ContainerPort: layout.DatastoreMetricsPort, Protocol: corev1.ProtocolTCP},
 		},
 		// 20 minutes to be added, catch up and be promoted; a restart after
 		// that is harmless (the member re-reads the roster).
-		StartupProbe:             httpProbe("/readyz", DatastoreHealthPort, 2, 600),
-		ReadinessProbe:           httpProbe("/readyz", DatastoreHealthPort, 5, 3),
-		LivenessProbe:            httpProbe("/healthz", DatastoreHealthPort, 10, 6),
+		StartupProbe:             httpProbe("/readyz", layout.DatastoreHealthPort, 2, 600),
+		ReadinessProbe:           httpProbe("/readyz", layout.DatastoreHealthPort, 5, 3),
+		LivenessProbe:            httpProbe("/healthz", layout.DatastoreHealthPort, 10, 6),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		VolumeMounts: []corev1.VolumeMount{
-			mount(DataVolume, EtcdDataDir, false, "etcd"),
-			mount(EtcdTLSVolume, EtcdTLSDir, true, ""),
-			mount(EtcdRosterVolume, EtcdRosterDir, true, ""),
+			mount(layout.DataVolume, layout.EtcdDataDir, false, "etcd"),
+			mount(layout.EtcdTLSVolume, layout.EtcdTLSDir, true, ""),
+			mount(layout.EtcdRosterVolume, layout.EtcdRosterDir, true, ""),
 		},
 		SecurityContext: restrictedContext(true),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -193,47 +192,13 @@ func etcdSidecar(c *v1beta1.Cluster, cfg Config) corev1.Container {
 // optional: a member with data starts without it (a deleted ConfigMap must not
 // keep a rebooted cluster down).
 func etcdVolumes(c *v1beta1.Cluster) []corev1.Volume {
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	return []corev1.Volume{
-		{Name: EtcdTLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		{Name: layout.EtcdTLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: n.EtcdMember, DefaultMode: ptr.To[int32](0o400),
 		}}},
-		{Name: EtcdRosterVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		{Name: layout.EtcdRosterVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: n.EtcdRoster}, Optional: ptr.To(true),
 		}}},
 	}
-}
-
-// StatefulSetReplicas is how many server pods run with the etcd datastore. A
-// member is removed from etcd before its pod goes, so while members with an
-// ordinal at or above spec.servers remain, their pods keep running:
-// scaling down one removal at a time keeps quorum with every remaining pod up.
-// members are the ordinals of the listed members; known is false when no member
-// answered, and then the running count is kept (current).
-func StatefulSetReplicas(servers int32, members []int, known bool, current int32) int32 {
-	n := servers
-	if !known {
-		return max(n, current)
-	}
-	for _, i := range members {
-		n = max(n, int32(i)+1)
-	}
-	return n
-}
-
-// memberOrdinals maps the observed members to server pod ordinals: by name for
-// a member that has started, by peer URL for one that was added but has not.
-func memberOrdinals(c *v1beta1.Cluster, o etcd.Observed) []int {
-	var out []int
-	for _, m := range o.Members {
-		for i := range MaxServers {
-			p := EtcdPeer(c, i)
-			if m.Name == p.Name || (!m.Started() && slices.Contains(m.PeerURLs, p.PeerURL)) {
-				out = append(out, i)
-				break
-			}
-		}
-	}
-	sort.Ints(out)
-	return out
 }

@@ -114,18 +114,16 @@ func TestScalingDoesNotRollTheServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h3, _ := TemplateConfigHash(c, s3)
-	h5, _ := TemplateConfigHash(c, s5)
-	if h3 != h5 {
-		t.Fatalf("the pod template's config hash changes with spec.servers: scaling would roll every server")
-	}
 	cfg3, _ := ServerConfig(c, s3)
 	cfg5, _ := ServerConfig(c, s5)
-	if string(cfg3) == string(cfg5) {
+	if cfg3.Hash != cfg5.Hash {
+		t.Fatalf("the pod template's config hash changes with spec.servers: scaling would roll every server")
+	}
+	if string(cfg3.Data) == string(cfg5.Data) {
 		t.Fatalf("the k3s config does not list the new members")
 	}
 	c.Spec.ClusterDNS = "10.43.0.20"
-	if h, _ := TemplateConfigHash(c, s5); h == h5 {
+	if cfg, _ := ServerConfig(c, s5); cfg.Hash == cfg5.Hash {
 		t.Fatalf("another config change does not roll the servers")
 	}
 }
@@ -142,7 +140,7 @@ func TestEvenServersWithTheDefaultEtcdAreRefused(t *testing.T) {
 }
 
 func TestEtcdStatus(t *testing.T) {
-	ready := tokenState{true, ReasonTokenAvailable, "ok"}
+	ready := tokenState{true, v1beta1.ReasonTokenAvailable, "ok"}
 	s := Settings{Datastore: v1beta1.EtcdDatastore, Persistence: v1beta1.DynamicPersistence, Servers: 3}
 	reachable := func(id, leader uint64) etcd.MemberStatus {
 		return etcd.MemberStatus{Endpoint: "ep", Reachable: true, MemberID: id, Leader: leader}
@@ -160,7 +158,7 @@ func TestEtcdStatus(t *testing.T) {
 				observed: &etcd.Observed{Members: members, Leader: 1, Statuses: []etcd.MemberStatus{reachable(1, 1), reachable(2, 1), reachable(3, 1)}},
 				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
 			},
-			want:       map[string]string{ConditionDatastoreReady: ReasonQuorumHealthy, ConditionEtcdMembership: etcd.ReasonInSync, etcd.ConditionHealthy: etcd.ReasonHealthy},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumHealthy, v1beta1.ConditionEtcdMembership: etcd.ReasonInSync, etcd.ConditionHealthy: etcd.ReasonHealthy},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 3, Needed: 2},
 		},
 		{
@@ -169,7 +167,7 @@ func TestEtcdStatus(t *testing.T) {
 				observed: &etcd.Observed{Members: members, Leader: 1, Statuses: []etcd.MemberStatus{reachable(1, 1), reachable(2, 1)}},
 				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
 			},
-			want:       map[string]string{ConditionDatastoreReady: ReasonQuorumHealthy, etcd.ConditionHealthy: etcd.ReasonMemberUnreachable},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumHealthy, etcd.ConditionHealthy: etcd.ReasonMemberUnreachable},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 2, Needed: 2},
 		},
 		{
@@ -179,7 +177,7 @@ func TestEtcdStatus(t *testing.T) {
 				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
 				held:     []string{"k3k-demo-server-2: QuorumAtRisk"},
 			},
-			want:       map[string]string{ConditionDatastoreReady: ReasonQuorumLost, ConditionEtcdMembership: ReasonPodsWaitToLeave},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumLost, v1beta1.ConditionEtcdMembership: v1beta1.ReasonPodsWaitToLeave},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 0, Needed: 2},
 		},
 		{
@@ -189,12 +187,12 @@ func TestEtcdStatus(t *testing.T) {
 				action:    etcd.Action{Type: etcd.ActionPromoteLearner, Reason: etcd.ReasonLearnerCaughtUp},
 				actionErr: errors.New("not caught up"),
 			},
-			want: map[string]string{ConditionEtcdMembership: ReasonStepNotDone},
+			want: map[string]string{v1beta1.ConditionEtcdMembership: v1beta1.ReasonStepNotDone},
 		},
 		{
 			name: "nobody answers",
 			etcd: etcdState{observed: &etcd.Observed{Statuses: []etcd.MemberStatus{{Endpoint: "ep", Error: "refused"}}}, action: etcd.Action{Reason: etcd.ReasonClusterUnreachable}},
-			want: map[string]string{ConditionDatastoreReady: etcd.ReasonClusterUnreachable, etcd.ConditionHealthy: etcd.ReasonClusterUnreachable},
+			want: map[string]string{v1beta1.ConditionDatastoreReady: etcd.ReasonClusterUnreachable, etcd.ConditionHealthy: etcd.ReasonClusterUnreachable},
 		},
 	}
 	for _, tc := range cases {

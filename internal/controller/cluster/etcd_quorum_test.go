@@ -19,11 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // These tests run three real members that reach each other by their pod DNS
@@ -127,7 +129,7 @@ func newPodMembers(t *testing.T, c *v1beta1.Cluster, dns *podDNS) *podMembers {
 	pm := &podMembers{t: t, c: c, dns: dns, net: [2]byte{byte(100 + os.Getpid()%100), byte(n)}, tls: map[string]string{},
 		data: map[int]string{}, running: map[int]*member.Member{}}
 	secret := &corev1.Secret{}
-	get(t, c, NamesFor(c).EtcdMember, secret)
+	get(t, c, layout.NamesFor(c).EtcdMember, secret)
 	dir := t.TempDir()
 	for _, key := range []string{SecretKeyCACert, SecretKeyTLSCert, SecretKeyTLSKey} {
 		pm.tls[key] = filepath.Join(dir, key)
@@ -150,12 +152,12 @@ func (pm *podMembers) start(i int, recover string) {
 	}
 	ip := net.IPv4(127, pm.net[0], pm.net[1], byte(i+1))
 	peer := EtcdPeer(pm.c, i)
-	host := strings.TrimSuffix(strings.TrimPrefix(peer.PeerURL, "https://"), fmt.Sprintf(":%d", DatastorePeerPort))
+	host := strings.TrimSuffix(strings.TrimPrefix(peer.PeerURL, "https://"), fmt.Sprintf(":%d", layout.DatastorePeerPort))
 	pm.dns.set(host, ip)
 	m, err := member.Start(context.Background(), member.Config{
 		Name: peer.Name, DataDir: pm.data[i], PeerURL: peer.PeerURL, ClientURL: peer.ClientURL,
-		ListenPeerAddress:   net.JoinHostPort(ip.String(), fmt.Sprint(DatastorePeerPort)),
-		ListenClientAddress: net.JoinHostPort(ip.String(), fmt.Sprint(DatastoreClientPort)),
+		ListenPeerAddress:   net.JoinHostPort(ip.String(), fmt.Sprint(layout.DatastorePeerPort)),
+		ListenClientAddress: net.JoinHostPort(ip.String(), fmt.Sprint(layout.DatastoreClientPort)),
 		CAFile:              pm.tls[SecretKeyCACert], CertFile: pm.tls[SecretKeyTLSCert], KeyFile: pm.tls[SecretKeyTLSKey],
 		Roster: readRoster(pm.t, pm.c), Recover: recover, TickMs: 50, ElectionMs: 500, Logger: zap.NewNop(), UnsafeNoFsync: true,
 	})
@@ -182,7 +184,11 @@ func reconcileUntil(t *testing.T, r *Reconciler, c *v1beta1.Cluster, pm *podMemb
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		reconcileOnce(t, r, c)
+		// A membership step etcd refuses for now fails the reconcile (and
+		// shows in the status); the next round tries again.
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
+			t.Logf("reconcile: %v", err)
+		}
 		get(t, c, c.Name, c)
 		if done(c) {
 			return
@@ -191,7 +197,7 @@ func reconcileUntil(t *testing.T, r *Reconciler, c *v1beta1.Cluster, pm *podMemb
 			roster := readRoster(t, c)
 			for i := range int(c.Spec.Servers) {
 				if _, ok := pm.running[i]; !ok {
-					if _, listed := roster.Find(ServerPodName(c, i)); listed {
+					if _, listed := roster.Find(layout.ServerPodName(c, i)); listed {
 						pm.start(i, "")
 					}
 				}
@@ -260,25 +266,25 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 	}
 	for _, i := range []int{1, 2} {
 		pod := &corev1.Pod{}
-		get(t, c, ServerPodName(c, i), pod)
+		get(t, c, layout.ServerPodName(c, i), pod)
 		deletePod(t, pod)
 	}
 	reconcileOnce(t, r, c)
 
 	// Defect 2: nothing can be removed, so the pods are not held.
 	for _, i := range []int{1, 2} {
-		if s := podState(t, c, ServerPodName(c, i)); s != "gone" {
+		if s := podState(t, c, layout.ServerPodName(c, i)); s != "gone" {
 			t.Errorf("pod %d is %s under quorum loss, want gone (QuorumLost)", i, s)
 		}
 	}
 	// Defect 4: one reason everywhere, member by member what answered.
-	for _, typ := range []string{ConditionDatastoreReady, etcd.ConditionHealthy, ConditionEtcdMembership} {
+	for _, typ := range []string{v1beta1.ConditionDatastoreReady, etcd.ConditionHealthy, v1beta1.ConditionEtcdMembership} {
 		if got := condition(t, c, typ); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonQuorumLost {
 			t.Errorf("%s %s/%s (%s), want False/QuorumLost", typ, got.Status, got.Reason, got.Message)
 		}
 	}
 	h := condition(t, c, etcd.ConditionHealthy)
-	for _, want := range []string{ServerPodName(c, 0) + " (" + etcd.FormatID(survivor) + ") answered but cannot reach a quorum", ServerPodName(c, 1), "not answering", "k3kcli cluster recover"} {
+	for _, want := range []string{layout.ServerPodName(c, 0) + " (" + etcd.FormatID(survivor) + ") answered but cannot reach a quorum", layout.ServerPodName(c, 1), "not answering", "k3kcli cluster recover"} {
 		if !strings.Contains(h.Message, want) {
 			t.Errorf("EtcdHealthy message %q does not say %q", h.Message, want)
 		}
@@ -292,10 +298,10 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 	annotate(t, c, "req-1")
 	reconcileOnce(t, r, c)
 	roster := readRoster(t, c)
-	if roster.Recover == nil || roster.Recover.Name != ServerPodName(c, 0) || roster.Recover.ID != etcd.FormatID(survivor) || roster.Recover.Request != "req-1" {
+	if roster.Recover == nil || roster.Recover.Name != layout.ServerPodName(c, 0) || roster.Recover.ID != etcd.FormatID(survivor) || roster.Recover.Request != "req-1" {
 		t.Fatalf("roster recovery %+v, want server-0 (%x)", roster.Recover, survivor)
 	}
-	if got := condition(t, c, ConditionEtcdRecovery); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonRecovering {
+	if got := condition(t, c, v1beta1.ConditionEtcdRecovery); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonRecovering {
 		t.Errorf("EtcdRecovery %s/%s, want False/Recovering", got.Status, got.Reason)
 	}
 	// Its sidecar restarts it with --force-new-cluster.
@@ -305,10 +311,10 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 	reconcileUntil(t, r, c, nil, "recovered", func(c *v1beta1.Cluster) bool {
 		return c.Status.Datastore.RecoveryRequest == "req-1" && healthyVoters(1)(c)
 	})
-	if got := condition(t, c, ConditionEtcdRecovery); got.Status != metav1.ConditionTrue || got.Reason != etcd.ReasonRecovered {
+	if got := condition(t, c, v1beta1.ConditionEtcdRecovery); got.Status != metav1.ConditionTrue || got.Reason != etcd.ReasonRecovered {
 		t.Errorf("EtcdRecovery %s/%s, want True/Recovered", got.Status, got.Reason)
 	}
-	if got := condition(t, c, ConditionDatastoreReady); got.Status != metav1.ConditionTrue {
+	if got := condition(t, c, v1beta1.ConditionDatastoreReady); got.Status != metav1.ConditionTrue {
 		t.Errorf("DatastoreReady %s/%s after the recovery", got.Status, got.Reason)
 	}
 	// The reconcile that found the recovery done kept the request in the
@@ -341,7 +347,7 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 	if c.Status.Datastore.RecoveryRequest != "req-2" {
 		t.Errorf("refused request not recorded as handled: %q", c.Status.Datastore.RecoveryRequest)
 	}
-	if got := condition(t, c, ConditionEtcdRecovery); got.Reason != etcd.ReasonRecoveryRefused {
+	if got := condition(t, c, v1beta1.ConditionEtcdRecovery); got.Reason != etcd.ReasonRecoveryRefused {
 		t.Errorf("EtcdRecovery %s/%s with quorum, want RecoveryRefused", got.Status, got.Reason)
 	}
 
@@ -374,7 +380,7 @@ func annotate(t *testing.T, c *v1beta1.Cluster, request string) {
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[AnnotationEtcdRecover] = request
+	c.Annotations[v1beta1.AnnotationEtcdRecover] = request
 	if err := k8s.Update(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}

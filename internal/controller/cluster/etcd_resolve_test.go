@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // Defect 7 (issue 16): a Cluster that leaves its datastore and persistence
@@ -33,11 +34,11 @@ func TestResolvedTypesAreKeptWhenTheControllerDefaultsChange(t *testing.T) {
 	if c.Status.Datastore.Type != v1beta1.EtcdDatastore || c.Status.PersistenceType != v1beta1.EphemeralPersistence {
 		t.Fatalf("after the defaults changed: status %s / %s, want etcd and ephemeral kept", c.Status.Datastore.Type, c.Status.PersistenceType)
 	}
-	if got := condition(t, c, ConditionReady); got.Reason == ReasonInvalidSpec {
+	if got := condition(t, c, v1beta1.ConditionReady); got.Reason == v1beta1.ReasonInvalidSpec {
 		t.Fatalf("Ready %s: %s: servers: 3 was judged against the new default", got.Reason, got.Message)
 	}
 	sts := &appsv1.StatefulSet{}
-	get(t, c, NamesFor(c).StatefulSet, sts)
+	get(t, c, layout.NamesFor(c).StatefulSet, sts)
 	if len(sts.Spec.VolumeClaimTemplates) != 0 {
 		t.Error("the StatefulSet gained volume claims: the persistence type switched to the new default")
 	}
@@ -67,8 +68,8 @@ func TestAnInvalidServerCountStillReleasesDeletedEtcdPods(t *testing.T) {
 		t.Fatalf("servers: 4 with the datastore type unset should pass admission: %v", err)
 	}
 	reconcileOnce(t, r, c)
-	if got := condition(t, c, ConditionReady); got.Status != metav1.ConditionFalse || got.Reason != ReasonInvalidSpec {
-		t.Fatalf("Ready %s/%s, want False/%s", got.Status, got.Reason, ReasonInvalidSpec)
+	if got := condition(t, c, v1beta1.ConditionReady); got.Status != metav1.ConditionFalse || got.Reason != v1beta1.ReasonInvalidSpec {
+		t.Fatalf("Ready %s/%s, want False/%s", got.Status, got.Reason, v1beta1.ReasonInvalidSpec)
 	}
 	for _, p := range pods {
 		deletePod(t, p)

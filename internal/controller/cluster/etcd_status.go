@@ -11,23 +11,6 @@ import (
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 )
 
-// ConditionEtcdMembership says whether the etcd membership matches
-// spec.servers, and otherwise what is being done or what blocks the change
-// (Plan's reason: ScaleUp, WaitingForLearner, QuorumAtRisk, LastMember, ...).
-// EtcdHealthy and EtcdAlarm come from etcd.Conditions.
-const ConditionEtcdMembership = "EtcdMembership"
-
-// Reasons of the etcd parts of the status.
-const (
-	ReasonQuorumHealthy    = "QuorumHealthy"
-	ReasonQuorumLost       = etcd.ReasonQuorumLost
-	ReasonEtcdCAUnusable   = "EtcdCAUnusable"
-	ReasonNotObserved      = "NotObserved"
-	ReasonStepNotDone      = "StepNotDone"
-	ReasonPodsWaitToLeave  = "PodsWaitToLeave"
-	ReasonRosterNotWritten = "RosterNotWritten"
-)
-
 // etcdMembers is the members list of the status, in name order.
 func etcdMembers(o etcd.Observed) []v1beta1.EtcdMemberStatus {
 	out := make([]v1beta1.EtcdMemberStatus, 0, len(o.Members))
@@ -69,9 +52,9 @@ func etcdQuorum(o etcd.Observed) *v1beta1.EtcdQuorumStatus {
 func etcdDatastoreCondition(o observation) condResult {
 	switch {
 	case o.etcd.pkiProblem != "":
-		return condResult{false, ReasonEtcdCAUnusable, o.etcd.pkiProblem}
+		return condResult{false, v1beta1.ReasonEtcdCAUnusable, o.etcd.pkiProblem}
 	case o.etcd.observed == nil:
-		return condResult{false, ReasonDatastoreStarting, "the etcd members have not been observed yet"}
+		return condResult{false, v1beta1.ReasonDatastoreStarting, "the etcd members have not been observed yet"}
 	}
 	q := etcdQuorum(*o.etcd.observed)
 	if q == nil {
@@ -79,22 +62,22 @@ func etcdDatastoreCondition(o observation) condResult {
 	}
 	msg := fmt.Sprintf("%d/%d voting members healthy, quorum %d", q.HealthyVoters, q.Voters, q.Needed)
 	if o.etcd.observed.QuorumLost() {
-		return condResult{false, ReasonQuorumLost, etcd.QuorumLostMessage(*o.etcd.observed)}
+		return condResult{false, v1beta1.ReasonQuorumLost, etcd.QuorumLostMessage(*o.etcd.observed)}
 	}
 	if q.HealthyVoters >= q.Needed {
-		return condResult{true, ReasonQuorumHealthy, msg}
+		return condResult{true, v1beta1.ReasonQuorumHealthy, msg}
 	}
-	return condResult{false, ReasonQuorumLost, msg}
+	return condResult{false, v1beta1.ReasonQuorumLost, msg}
 }
 
 // etcdConditions are EtcdHealthy, EtcdAlarm and EtcdMembership.
 func etcdConditions(o observation, generation int64) []metav1.Condition {
 	if o.etcd.observed == nil {
-		reason, msg := ReasonNotObserved, "the etcd members have not been observed yet"
+		reason, msg := v1beta1.ReasonNotObserved, "the etcd members have not been observed yet"
 		if o.etcd.pkiProblem != "" {
-			reason, msg = ReasonEtcdCAUnusable, o.etcd.pkiProblem
+			reason, msg = v1beta1.ReasonEtcdCAUnusable, o.etcd.pkiProblem
 		}
-		return []metav1.Condition{{Type: ConditionEtcdMembership, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: generation}}
+		return []metav1.Condition{{Type: v1beta1.ConditionEtcdMembership, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: generation}}
 	}
 	conds := etcd.Conditions(*o.etcd.observed, generation)
 	if rc := o.etcd.recovery; rc != nil {
@@ -102,24 +85,24 @@ func etcdConditions(o observation, generation int64) []metav1.Condition {
 		if rc.ok {
 			st = metav1.ConditionTrue
 		}
-		conds = append(conds, metav1.Condition{Type: ConditionEtcdRecovery, Status: st, Reason: rc.reason, Message: rc.message, ObservedGeneration: generation})
+		conds = append(conds, metav1.Condition{Type: v1beta1.ConditionEtcdRecovery, Status: st, Reason: rc.reason, Message: rc.message, ObservedGeneration: generation})
 	}
-	m := metav1.Condition{Type: ConditionEtcdMembership, Status: metav1.ConditionTrue, Reason: o.etcd.action.Reason, Message: o.etcd.action.Message, ObservedGeneration: generation}
+	m := metav1.Condition{Type: v1beta1.ConditionEtcdMembership, Status: metav1.ConditionTrue, Reason: o.etcd.action.Reason, Message: o.etcd.action.Message, ObservedGeneration: generation}
 	var notes []string
 	if o.etcd.actionErr != nil {
-		m.Reason = ReasonStepNotDone
+		m.Reason = v1beta1.ReasonStepNotDone
 		notes = append(notes, o.etcd.actionErr.Error())
 	}
 	if len(o.etcd.held) > 0 {
 		notes = append(notes, "server pods waiting to leave: "+strings.Join(o.etcd.held, ", "))
 		if m.Reason == etcd.ReasonInSync {
-			m.Reason = ReasonPodsWaitToLeave
+			m.Reason = v1beta1.ReasonPodsWaitToLeave
 		}
 	}
 	if o.etcd.rosterProblem != "" {
 		notes = append(notes, o.etcd.rosterProblem)
 		if m.Reason == etcd.ReasonInSync {
-			m.Reason = ReasonRosterNotWritten
+			m.Reason = v1beta1.ReasonRosterNotWritten
 		}
 	}
 	if m.Reason != etcd.ReasonInSync {

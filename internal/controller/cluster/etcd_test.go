@@ -28,6 +28,7 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/pki"
 )
 
@@ -82,7 +83,7 @@ func TestEtcdClusterObjects(t *testing.T) {
 	r.EtcdDial = (&dialTable{}).dial // no member exists: every dial fails at once
 	c := createCluster(t, newEtcdCluster(newNamespace(t), "ha", 3))
 	reconcileOnce(t, r, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 
 	caSecret := &corev1.Secret{}
 	get(t, c, n.EtcdCA, caSecret)
@@ -135,7 +136,7 @@ func TestEtcdClusterObjects(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	get(t, c, n.ServerConfig, cm)
 	var k3s map[string]any
-	if err := yaml.Unmarshal([]byte(cm.Data[ConfigMapKeyConfig]), &k3s); err != nil {
+	if err := yaml.Unmarshal([]byte(cm.Data[layout.ConfigMapKeyConfig]), &k3s); err != nil {
 		t.Fatal(err)
 	}
 	wantEndpoints := strings.Join([]string{
@@ -143,11 +144,11 @@ func TestEtcdClusterObjects(t *testing.T) {
 		"https://k3k-ha-server-1.k3k-ha-server-headless." + c.Namespace + ".svc:2379",
 		"https://k3k-ha-server-2.k3k-ha-server-headless." + c.Namespace + ".svc:2379",
 	}, ",")
-	if k3s["datastore-endpoint"] != wantEndpoints || k3s["datastore-cafile"] != EtcdCAPath || k3s["datastore-certfile"] != EtcdCertPath {
+	if k3s["datastore-endpoint"] != wantEndpoints || k3s["datastore-cafile"] != layout.EtcdCAPath || k3s["datastore-certfile"] != layout.EtcdCertPath {
 		t.Errorf("k3s datastore settings %v %v %v", k3s["datastore-endpoint"], k3s["datastore-cafile"], k3s["datastore-certfile"])
 	}
 
-	got := condition(t, c, ConditionDatastoreReady)
+	got := condition(t, c, v1beta1.ConditionDatastoreReady)
 	if got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonClusterUnreachable {
 		t.Errorf("DatastoreReady %+v, want False/%s while no member runs", got, etcd.ReasonClusterUnreachable)
 	}
@@ -170,7 +171,7 @@ func TestEtcdClusterObjects(t *testing.T) {
 // objects and of the StatefulSet.
 func etcdObjectVersions(t *testing.T, c *v1beta1.Cluster) []string {
 	t.Helper()
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	var out []string
 	for name, obj := range map[string]client.Object{n.EtcdCA: &corev1.Secret{}, n.EtcdMember: &corev1.Secret{}, n.EtcdRoster: &corev1.ConfigMap{}, n.StatefulSet: &appsv1.StatefulSet{}} {
 		get(t, c, name, obj)
@@ -185,7 +186,7 @@ func TestEtcdMemberCertificateIsIssuedAgainOnlyWhenNeeded(t *testing.T) {
 	r.EtcdDial = (&dialTable{}).dial
 	c := createCluster(t, newEtcdCluster(newNamespace(t), "rot", 1))
 	reconcileOnce(t, r, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	first := &corev1.Secret{}
 	get(t, c, n.EtcdMember, first)
 
@@ -214,8 +215,8 @@ func TestEtcdMemberCertificateIsIssuedAgainOnlyWhenNeeded(t *testing.T) {
 	if string(caSecret.Data[SecretKeyTLSKey]) != "not a key" {
 		t.Fatalf("the controller overwrote a CA Secret it could not read")
 	}
-	if got := condition(t, c, ConditionDatastoreReady); got.Reason != ReasonEtcdCAUnusable || !strings.Contains(got.Message, n.EtcdCA) {
-		t.Fatalf("DatastoreReady %+v, want %s naming the Secret", got, ReasonEtcdCAUnusable)
+	if got := condition(t, c, v1beta1.ConditionDatastoreReady); got.Reason != v1beta1.ReasonEtcdCAUnusable || !strings.Contains(got.Message, n.EtcdCA) {
+		t.Fatalf("DatastoreReady %+v, want %s naming the Secret", got, v1beta1.ReasonEtcdCAUnusable)
 	}
 }
 
@@ -231,7 +232,7 @@ type runningMember struct {
 // name at it.
 func startMember(t *testing.T, c *v1beta1.Cluster, table *dialTable, i int, dataDir string) *runningMember {
 	t.Helper()
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	secret := &corev1.Secret{}
 	get(t, c, n.EtcdMember, secret)
 	dir := t.TempDir()
@@ -282,11 +283,11 @@ func (rm *runningMember) stop() {
 func createServerPod(t *testing.T, c *v1beta1.Cluster, i int, finalizer bool) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ServerPodName(c, i), Labels: serverLabels(c)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: layout.ServerPodName(c, i), Labels: serverLabels(c)},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}}},
 	}
 	if finalizer {
-		pod.Finalizers = []string{FinalizerEtcdMember}
+		pod.Finalizers = []string{v1beta1.FinalizerEtcdMember}
 	}
 	if err := k8s.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)
@@ -314,7 +315,7 @@ func podState(t *testing.T, c *v1beta1.Cluster, name string) string {
 		t.Fatal(err)
 	case !pod.DeletionTimestamp.IsZero():
 		return "held"
-	case slices.Contains(pod.Finalizers, FinalizerEtcdMember):
+	case slices.Contains(pod.Finalizers, v1beta1.FinalizerEtcdMember):
 		return "live+finalizer"
 	}
 	return "live"
@@ -326,7 +327,7 @@ func TestEtcdMembersAndPodFinalizersAgainstARealMember(t *testing.T) {
 	r.EtcdDial = table.dial
 	c := createCluster(t, newEtcdCluster(newNamespace(t), "fin", 1))
 	reconcileOnce(t, r, c)
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	m0 := startMember(t, c, table, 0, t.TempDir())
 	createServerPod(t, c, 0, false)
 
@@ -341,7 +342,7 @@ func TestEtcdMembersAndPodFinalizersAgainstARealMember(t *testing.T) {
 	if q := c.Status.Datastore.Quorum; q == nil || q.Voters != 1 || q.HealthyVoters != 1 || q.Needed != 1 {
 		t.Fatalf("status quorum %+v", q)
 	}
-	for typ, want := range map[string]string{ConditionDatastoreReady: ReasonQuorumHealthy, ConditionEtcdMembership: etcd.ReasonInSync, etcd.ConditionHealthy: etcd.ReasonHealthy} {
+	for typ, want := range map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumHealthy, v1beta1.ConditionEtcdMembership: etcd.ReasonInSync, etcd.ConditionHealthy: etcd.ReasonHealthy} {
 		if got := condition(t, c, typ); got.Reason != want || got.Status != metav1.ConditionTrue {
 			t.Errorf("%s %s/%s (%s), want True/%s", typ, got.Status, got.Reason, got.Message, want)
 		}
@@ -388,7 +389,7 @@ func TestEtcdMembersAndPodFinalizersAgainstARealMember(t *testing.T) {
 	if s := podState(t, c, "k3k-fin-server-1"); s != "held" {
 		t.Fatalf("pod 1 is %s while its member was listed, want held", s)
 	}
-	if got := condition(t, c, ConditionEtcdMembership); !strings.Contains(got.Message, "k3k-fin-server-1: "+etcd.ReasonRemoveMemberFirst) {
+	if got := condition(t, c, v1beta1.ConditionEtcdMembership); !strings.Contains(got.Message, "k3k-fin-server-1: "+etcd.ReasonRemoveMemberFirst) {
 		t.Errorf("EtcdMembership %s/%s does not say pod 1 waits for its member's removal", got.Reason, got.Message)
 	}
 	sts := &appsv1.StatefulSet{}
@@ -421,7 +422,7 @@ func TestEtcdMembersAndPodFinalizersAgainstARealMember(t *testing.T) {
 	if s := podState(t, c, "k3k-fin-server-0"); s != "gone" {
 		t.Fatalf("pod 0 is %s with every member down, want gone (ClusterDown)", s)
 	}
-	if got := condition(t, c, ConditionDatastoreReady); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonClusterUnreachable {
+	if got := condition(t, c, v1beta1.ConditionDatastoreReady); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonClusterUnreachable {
 		t.Errorf("DatastoreReady %s/%s with every member down", got.Status, got.Reason)
 	}
 }
@@ -442,8 +443,8 @@ func TestEtcdPodsAreReleasedWhenTheClusterIsDeleted(t *testing.T) {
 	reconcileOnce(t, r, c) // the Cluster is gone: no finalizer on it
 	for i := range 3 {
 		pod := &corev1.Pod{}
-		get(t, c, ServerPodName(c, i), pod)
-		if slices.Contains(pod.Finalizers, FinalizerEtcdMember) {
+		get(t, c, layout.ServerPodName(c, i), pod)
+		if slices.Contains(pod.Finalizers, v1beta1.FinalizerEtcdMember) {
 			t.Errorf("pod %s still carries the etcd finalizer after its Cluster was deleted", pod.Name)
 		}
 	}
@@ -456,16 +457,16 @@ func TestEtcdRosterIsNeverRepublishedAsNewForAClusterWithData(t *testing.T) {
 	reconcileOnce(t, r, c)
 	makeReady(t, c) // the kubeconfig is published: the servers hold data
 	cm := &corev1.ConfigMap{}
-	get(t, c, NamesFor(c).EtcdRoster, cm)
+	get(t, c, layout.NamesFor(c).EtcdRoster, cm)
 	if err := k8s.Delete(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, c)
-	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).EtcdRoster}, &corev1.ConfigMap{})
+	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).EtcdRoster}, &corev1.ConfigMap{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("a roster was published for a cluster with data while no member answered (err %v); a \"new\" roster could bootstrap a second cluster", err)
 	}
-	if got := condition(t, c, ConditionEtcdMembership); got.Status != metav1.ConditionFalse || !strings.Contains(got.Message, NamesFor(c).EtcdRoster) {
+	if got := condition(t, c, v1beta1.ConditionEtcdMembership); got.Status != metav1.ConditionFalse || !strings.Contains(got.Message, layout.NamesFor(c).EtcdRoster) {
 		t.Errorf("EtcdMembership %s/%s does not report the missing roster", got.Reason, got.Message)
 	}
 }
@@ -473,9 +474,9 @@ func TestEtcdRosterIsNeverRepublishedAsNewForAClusterWithData(t *testing.T) {
 func readRoster(t *testing.T, c *v1beta1.Cluster) etcd.Roster {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
-	get(t, c, NamesFor(c).EtcdRoster, cm)
+	get(t, c, layout.NamesFor(c).EtcdRoster, cm)
 	path := filepath.Join(t.TempDir(), "members.json")
-	if err := os.WriteFile(path, []byte(cm.Data[ConfigMapKeyRoster]), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(cm.Data[layout.ConfigMapKeyRoster]), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r, err := etcd.ReadRoster(path)
@@ -501,7 +502,7 @@ func parseCert(t *testing.T, pemBytes []byte) *x509.Certificate {
 func testClientTLS(t *testing.T, c *v1beta1.Cluster) *tls.Config {
 	t.Helper()
 	s := &corev1.Secret{}
-	get(t, c, NamesFor(c).EtcdMember, s)
+	get(t, c, layout.NamesFor(c).EtcdMember, s)
 	cfg, err := clientTLS(s.Data[SecretKeyCACert], pki.KeyPair{CertPEM: s.Data[SecretKeyTLSCert], KeyPEM: s.Data[SecretKeyTLSKey]})
 	if err != nil {
 		t.Fatal(err)

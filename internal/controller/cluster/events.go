@@ -15,7 +15,7 @@ import (
 // failureReasons are condition reasons that mean something is wrong rather
 // than still in progress; their Events are Warnings.
 var failureReasons = map[string]bool{
-	ReasonInvalidSpec: true, ReasonInvalid: true, ReasonTokenSecretNotFound: true,
+	v1beta1.ReasonInvalidSpec: true, v1beta1.ReasonInvalid: true, v1beta1.ReasonTokenSecretNotFound: true, v1beta1.ReasonReconcileError: true,
 }
 
 // observeClaims reads the server volume claims while a server pod is not
@@ -68,7 +68,7 @@ func (r *Reconciler) recordTransitions(c *v1beta1.Cluster, before, after v1beta1
 		eventType := corev1.EventTypeNormal
 		switch {
 		case cond.Status == metav1.ConditionTrue:
-		case IsBlockingReason(cond.Reason):
+		case v1beta1.IsBlockingReason(cond.Reason):
 			if b := firstBlocker(o.serverPods, o.claims); b == nil || b.warning {
 				eventType = corev1.EventTypeWarning
 			}
@@ -88,7 +88,7 @@ func conditionEvents(before, after []metav1.Condition) []metav1.Condition {
 		old := meta.FindStatusCondition(before, cond.Type)
 		switch {
 		case old == nil, old.Status != cond.Status, old.Reason != cond.Reason:
-		case IsBlockingReason(cond.Reason) && old.Message != cond.Message:
+		case v1beta1.IsBlockingReason(cond.Reason) && old.Message != cond.Message:
 		default:
 			continue
 		}

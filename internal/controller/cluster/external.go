@@ -14,6 +14,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/datastore/external"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // datastore.type external: what k3s is given, and how a datastore that does
@@ -42,33 +43,9 @@ type ExternalSecretKeys struct {
 	Endpoint, CA, Cert, Key bool
 }
 
-// Keys of the external datastore Secret.
-const (
-	ExternalKeyEndpoint = "endpoint"
-	ExternalKeyCA       = "ca.crt"
-	ExternalKeyCert     = "tls.crt"
-	ExternalKeyKey      = "tls.key"
-
-	// ExternalCheckContainer is the init container that checks the datastore.
-	ExternalCheckContainer = "datastore-check"
-	// ExternalEndpointEnv carries the endpoint to k3s and to the check.
-	ExternalEndpointEnv = "K3S_DATASTORE_ENDPOINT"
-	// K3sDBGuardVolume is the empty read-only directory at k3s's SQLite file,
-	// K3sSQLitePath.
-	K3sDBGuardVolume = "k3s-db-guard"
-	K3sSQLitePath    = K3sDataDir + "/server/db/state.db"
-)
-
-// Reasons of DatastoreReady for datastore.type external.
-const (
-	ReasonExternalSecretNotFound = "ExternalSecretNotFound"
-	ReasonExternalSecretInvalid  = "ExternalSecretInvalid"
-	ReasonExternalChecking       = "ExternalDatastoreChecking"
-	ReasonExternalReachable      = "ExternalDatastoreReachable"
-	// The check's failures: "ExternalDatastore" + external.Reason, e.g.
-	// ExternalDatastoreUnreachable, ExternalDatastoreAuthFailed.
-	reasonExternalPrefix = "ExternalDatastore"
-)
+// reasonExternalPrefix starts the reasons of the check's failures:
+// "ExternalDatastore" + external.Reason, e.g. ExternalDatastoreUnreachable.
+const reasonExternalPrefix = "ExternalDatastore"
 
 // externalRetry is how often a Cluster whose external datastore Secret is
 // missing or incomplete is looked at again (the Secret is not watched: it
@@ -95,7 +72,7 @@ func (r *Reconciler) reconcileExternalSecret(ctx context.Context, c *v1beta1.Clu
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, s)
 	switch {
 	case apierrors.IsNotFound(err):
-		o.external = externalState{true, ReasonExternalSecretNotFound, fmt.Sprintf(
+		o.external = externalState{true, v1beta1.ReasonExternalSecretNotFound, fmt.Sprintf(
 			"datastore.external.secretRef: Secret %s not found in namespace %s; servers start once it exists", name, c.Namespace)}
 		return ctrl.Result{RequeueAfter: externalRetry}, nil
 	case err != nil:
@@ -103,7 +80,7 @@ func (r *Reconciler) reconcileExternalSecret(ctx context.Context, c *v1beta1.Clu
 	}
 	keys, problem := ExternalSecretKeysOf(s)
 	if problem != "" {
-		o.external = externalState{true, ReasonExternalSecretInvalid, fmt.Sprintf("datastore.external.secretRef: Secret %s %s", name, problem)}
+		o.external = externalState{true, v1beta1.ReasonExternalSecretInvalid, fmt.Sprintf("datastore.external.secretRef: Secret %s %s", name, problem)}
 		return ctrl.Result{RequeueAfter: externalRetry}, nil
 	}
 	o.settings.ExternalSecret = keys
@@ -114,12 +91,12 @@ func (r *Reconciler) reconcileExternalSecret(ctx context.Context, c *v1beta1.Clu
 // together, why (a sentence fragment naming keys, never values).
 func ExternalSecretKeysOf(s *corev1.Secret) (ExternalSecretKeys, string) {
 	has := func(k string) bool { return len(strings.TrimSpace(string(s.Data[k]))) > 0 }
-	keys := ExternalSecretKeys{Endpoint: has(ExternalKeyEndpoint), CA: has(ExternalKeyCA), Cert: has(ExternalKeyCert), Key: has(ExternalKeyKey)}
-	if _, present := s.Data[ExternalKeyEndpoint]; present && !keys.Endpoint {
-		return keys, fmt.Sprintf("has an empty key %q: k3s would fall back to a SQLite file of its own; remove the key to use spec.datastore.external.endpoint", ExternalKeyEndpoint)
+	keys := ExternalSecretKeys{Endpoint: has(layout.ExternalKeyEndpoint), CA: has(layout.ExternalKeyCA), Cert: has(layout.ExternalKeyCert), Key: has(layout.ExternalKeyKey)}
+	if _, present := s.Data[layout.ExternalKeyEndpoint]; present && !keys.Endpoint {
+		return keys, fmt.Sprintf("has an empty key %q: k3s would fall back to a SQLite file of its own; remove the key to use spec.datastore.external.endpoint", layout.ExternalKeyEndpoint)
 	}
 	if keys.Cert != keys.Key {
-		return keys, fmt.Sprintf("holds only one of %q and %q: a client certificate needs both", ExternalKeyCert, ExternalKeyKey)
+		return keys, fmt.Sprintf("holds only one of %q and %q: a client certificate needs both", layout.ExternalKeyCert, layout.ExternalKeyKey)
 	}
 	return keys, ""
 }
@@ -137,11 +114,11 @@ func externalDatastoreConfig(cfg *k3sConfig, c *v1beta1.Cluster, s Settings) {
 	}
 	if ext.SecretRef != nil {
 		if s.ExternalSecret.CA {
-			cfg.DatastoreCAFile = DatastoreSecretDir + "/" + ExternalKeyCA
+			cfg.DatastoreCAFile = layout.DatastoreSecretDir + "/" + layout.ExternalKeyCA
 		}
 		if s.ExternalSecret.Cert && s.ExternalSecret.Key {
-			cfg.DatastoreCertFile = DatastoreSecretDir + "/" + ExternalKeyCert
-			cfg.DatastoreKeyFile = DatastoreSecretDir + "/" + ExternalKeyKey
+			cfg.DatastoreCertFile = layout.DatastoreSecretDir + "/" + layout.ExternalKeyCert
+			cfg.DatastoreKeyFile = layout.DatastoreSecretDir + "/" + layout.ExternalKeyKey
 		}
 	}
 }
@@ -151,11 +128,11 @@ func externalDatastoreConfig(cfg *k3sConfig, c *v1beta1.Cluster, s Settings) {
 func externalEndpointEnv(c *v1beta1.Cluster, s Settings) corev1.EnvVar {
 	ext := c.Spec.Datastore.External
 	if ext.SecretRef != nil && s.ExternalSecret.Endpoint {
-		return corev1.EnvVar{Name: ExternalEndpointEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: *ext.SecretRef, Key: ExternalKeyEndpoint,
+		return corev1.EnvVar{Name: layout.ExternalEndpointEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: *ext.SecretRef, Key: layout.ExternalKeyEndpoint,
 		}}}
 	}
-	return corev1.EnvVar{Name: ExternalEndpointEnv, Value: ext.Endpoint}
+	return corev1.EnvVar{Name: layout.ExternalEndpointEnv, Value: ext.Endpoint}
 }
 
 // externalServerPod adds what datastore.type external needs to the server
@@ -167,10 +144,10 @@ func externalServerPod(c *v1beta1.Cluster, s Settings, cfg Config, server *corev
 		return nil, nil
 	}
 	check := corev1.Container{
-		Name:            ExternalCheckContainer,
+		Name:            layout.ExternalCheckContainer,
 		Image:           cfg.DatastoreImage,
 		ImagePullPolicy: cfg.PullPolicy,
-		Command:         []string{"/usr/local/bin/datastore", "check-external", "--endpoint-env=" + ExternalEndpointEnv},
+		Command:         []string{"/usr/local/bin/datastore", "check-external", "--endpoint-env=" + layout.ExternalEndpointEnv},
 		Env:             []corev1.EnvVar{externalEndpointEnv(c, s)},
 		// The reason the check writes is what DatastoreReady says.
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
@@ -179,24 +156,24 @@ func externalServerPod(c *v1beta1.Cluster, s Settings, cfg Config, server *corev
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
 		}},
 	}
-	server.VolumeMounts = append(server.VolumeMounts, mount(K3sDBGuardVolume, K3sSQLitePath, true, ""))
-	volumes = append(volumes, corev1.Volume{Name: K3sDBGuardVolume, VolumeSource: corev1.VolumeSource{
+	server.VolumeMounts = append(server.VolumeMounts, mount(layout.K3sDBGuardVolume, layout.K3sSQLitePath, true, ""))
+	volumes = append(volumes, corev1.Volume{Name: layout.K3sDBGuardVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrQuantity("1Mi")},
 	}})
 	if ext.SecretRef != nil {
 		if s.ExternalSecret.Endpoint {
 			server.Env = append(server.Env, externalEndpointEnv(c, s))
 		}
-		files := map[string]bool{ExternalKeyCA: s.ExternalSecret.CA, ExternalKeyCert: s.ExternalSecret.Cert && s.ExternalSecret.Key, ExternalKeyKey: s.ExternalSecret.Cert && s.ExternalSecret.Key}
-		for _, f := range []struct{ key, flag string }{{ExternalKeyCA, "--cafile="}, {ExternalKeyCert, "--certfile="}, {ExternalKeyKey, "--keyfile="}} {
+		files := map[string]bool{layout.ExternalKeyCA: s.ExternalSecret.CA, layout.ExternalKeyCert: s.ExternalSecret.Cert && s.ExternalSecret.Key, layout.ExternalKeyKey: s.ExternalSecret.Cert && s.ExternalSecret.Key}
+		for _, f := range []struct{ key, flag string }{{layout.ExternalKeyCA, "--cafile="}, {layout.ExternalKeyCert, "--certfile="}, {layout.ExternalKeyKey, "--keyfile="}} {
 			if files[f.key] {
-				check.Command = append(check.Command, f.flag+DatastoreSecretDir+"/"+f.key)
+				check.Command = append(check.Command, f.flag+layout.DatastoreSecretDir+"/"+f.key)
 			}
 		}
-		m := mount(DatastoreSecretVolume, DatastoreSecretDir, true, "")
+		m := mount(layout.DatastoreSecretVolume, layout.DatastoreSecretDir, true, "")
 		server.VolumeMounts = append(server.VolumeMounts, m)
 		check.VolumeMounts = append(check.VolumeMounts, m)
-		volumes = append(volumes, corev1.Volume{Name: DatastoreSecretVolume, VolumeSource: corev1.VolumeSource{
+		volumes = append(volumes, corev1.Volume{Name: layout.DatastoreSecretVolume, VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: ext.SecretRef.Name},
 		}})
 	}
@@ -226,16 +203,16 @@ func externalDatastoreCondition(o observation) condResult {
 	}
 	want := int(o.settings.Servers)
 	if want > 0 && ok >= want {
-		return condResult{true, ReasonExternalReachable, fmt.Sprintf("%d/%d server pods connected to the external datastore (checked as each starts)", ok, want)}
+		return condResult{true, v1beta1.ReasonExternalReachable, fmt.Sprintf("%d/%d server pods connected to the external datastore (checked as each starts)", ok, want)}
 	}
-	return condResult{false, ReasonExternalChecking, fmt.Sprintf("%d/%d server pods connected to the external datastore; checking", ok, want)}
+	return condResult{false, v1beta1.ReasonExternalChecking, fmt.Sprintf("%d/%d server pods connected to the external datastore; checking", ok, want)}
 }
 
 // externalCheckResult reads the check container's status of one pod: ok once
 // it succeeded; a reason while its last run failed.
 func externalCheckResult(p corev1.Pod) condResult {
 	for _, st := range p.Status.InitContainerStatuses {
-		if st.Name != ExternalCheckContainer {
+		if st.Name != layout.ExternalCheckContainer {
 			continue
 		}
 		if t := st.State.Terminated; t != nil && t.ExitCode == 0 {

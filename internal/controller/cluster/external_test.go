@@ -15,6 +15,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/datastore/external"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func externalCluster(secret string) *v1beta1.Cluster {
@@ -76,12 +77,12 @@ func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.ExternalSecret = tc.keys
-			raw, err := ServerConfig(c, s)
+			config, err := ServerConfig(c, s)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var cfg map[string]any
-			if err := yaml.Unmarshal(raw, &cfg); err != nil {
+			if err := yaml.Unmarshal(config.Data, &cfg); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range []string{"datastore-endpoint", "datastore-cafile", "datastore-certfile", "datastore-keyfile"} {
@@ -91,8 +92,8 @@ func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 				}
 			}
 
-			pod := DesiredStatefulSet(c, s, testConfig, 1, ConfigHash(raw)).Spec.Template.Spec
-			if len(pod.InitContainers) != 1 || pod.InitContainers[0].Name != ExternalCheckContainer {
+			pod := DesiredStatefulSet(c, s, testConfig, 1, config.Hash).Spec.Template.Spec
+			if len(pod.InitContainers) != 1 || pod.InitContainers[0].Name != layout.ExternalCheckContainer {
 				t.Fatalf("init containers %v, want only the datastore check", pod.InitContainers)
 			}
 			check := pod.InitContainers[0]
@@ -105,7 +106,7 @@ func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 			server := pod.Containers[0]
 			var endpointEnv *corev1.EnvVar
 			for i, e := range server.Env {
-				if e.Name == ExternalEndpointEnv {
+				if e.Name == layout.ExternalEndpointEnv {
 					endpointEnv = &server.Env[i]
 				}
 			}
@@ -123,15 +124,15 @@ func TestExternalDatastorePassesOnlyWhatTheSecretHolds(t *testing.T) {
 			} else if checkEnv.Value != c.Spec.Datastore.External.Endpoint {
 				t.Errorf("the check's endpoint %+v, want the spec's", checkEnv)
 			}
-			if !hasMount(server, K3sDBGuardVolume, "/var/lib/rancher/k3s/server/db/state.db", true) {
+			if !hasMount(server, layout.K3sDBGuardVolume, "/var/lib/rancher/k3s/server/db/state.db", true) {
 				t.Errorf("k3s's SQLite file is not blocked by a read-only directory: %+v", server.VolumeMounts)
 			}
-			secretMounted := hasMount(server, DatastoreSecretVolume, DatastoreSecretDir, true)
-			if secretMounted != tc.wantSecret || hasMount(check, DatastoreSecretVolume, DatastoreSecretDir, true) != tc.wantSecret {
+			secretMounted := hasMount(server, layout.DatastoreSecretVolume, layout.DatastoreSecretDir, true)
+			if secretMounted != tc.wantSecret || hasMount(check, layout.DatastoreSecretVolume, layout.DatastoreSecretDir, true) != tc.wantSecret {
 				t.Errorf("Secret mounted in k3s: %v, in the check: %v; want %v", secretMounted, !secretMounted, tc.wantSecret)
 			}
 			for _, v := range pod.Volumes {
-				if v.Secret != nil && v.Name == DatastoreSecretVolume && v.Secret.Optional != nil && *v.Secret.Optional {
+				if v.Secret != nil && v.Name == layout.DatastoreSecretVolume && v.Secret.Optional != nil && *v.Secret.Optional {
 					t.Errorf("the datastore Secret volume is optional")
 				}
 			}
@@ -182,7 +183,7 @@ func TestExternalSecretKeysOf(t *testing.T) {
 // saw, from its exit code and termination message.
 func TestExternalDatastoreCondition(t *testing.T) {
 	checkPod := func(name string, st corev1.ContainerStatus) corev1.Pod {
-		st.Name = ExternalCheckContainer
+		st.Name = layout.ExternalCheckContainer
 		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{st}}}
 	}
 	failed := func(r external.Reason, msg string, restarts int32) corev1.ContainerStatus {
@@ -201,14 +202,14 @@ func TestExternalDatastoreCondition(t *testing.T) {
 		wantReason string
 		wantIn     string
 	}{
-		{"the Secret is missing", observation{settings: settings, external: externalState{true, ReasonExternalSecretNotFound, "Secret db not found"}}, false, ReasonExternalSecretNotFound, "Secret db not found"},
-		{"no pod yet", observation{settings: settings}, false, ReasonExternalChecking, "0/1"},
-		{"the check is running", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})}}, false, ReasonExternalChecking, "checking"},
+		{"the Secret is missing", observation{settings: settings, external: externalState{true, v1beta1.ReasonExternalSecretNotFound, "Secret db not found"}}, false, v1beta1.ReasonExternalSecretNotFound, "Secret db not found"},
+		{"no pod yet", observation{settings: settings}, false, v1beta1.ReasonExternalChecking, "0/1"},
+		{"the check is running", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})}}, false, v1beta1.ReasonExternalChecking, "checking"},
 		{"a wrong password", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", failed(external.AuthFailed, `AuthFailed: PostgreSQL at 10.0.0.5:5432: password authentication failed for user "k3s" (SQLSTATE 28P01)`, 2))}}, false, "ExternalDatastoreAuthFailed", "server pod s-0: AuthFailed: PostgreSQL at 10.0.0.5:5432: password authentication failed"},
 		{"a database that is down", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", failed(external.Unreachable, "Unreachable: PostgreSQL at 10.0.0.5:5432: connection refused", 0))}}, false, "ExternalDatastoreUnreachable", "connection refused"},
 		{"a failure right now, before the restart", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: external.ExitCode(external.TLSFailed)}}})}}, false, "ExternalDatastoreTLSFailed", "TLSFailed"},
 		{"an exit code the check never uses", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}})}}, false, "ExternalDatastoreFailed", "137 (OOMKilled)"},
-		{"the check passed", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", done)}}, true, ReasonExternalReachable, "1/1"},
+		{"the check passed", observation{settings: settings, serverPods: []corev1.Pod{checkPod("s-0", done)}}, true, v1beta1.ReasonExternalReachable, "1/1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -237,11 +238,11 @@ func TestExternalSecretGatesTheServers(t *testing.T) {
 	if res.RequeueAfter != externalRetry {
 		t.Fatalf("a missing external Secret must be retried after %s, got %+v", externalRetry, res)
 	}
-	if got := condition(t, c, ConditionDatastoreReady); got.Status != metav1.ConditionFalse || got.Reason != ReasonExternalSecretNotFound || !strings.Contains(got.Message, "Secret db not found") {
+	if got := condition(t, c, v1beta1.ConditionDatastoreReady); got.Status != metav1.ConditionFalse || got.Reason != v1beta1.ReasonExternalSecretNotFound || !strings.Contains(got.Message, "Secret db not found") {
 		t.Fatalf("DatastoreReady %+v", got)
 	}
 	sts := &appsv1.StatefulSet{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, sts); !apierrors.IsNotFound(err) {
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, sts); !apierrors.IsNotFound(err) {
 		t.Fatalf("servers started without their datastore Secret: %v", err)
 	}
 
@@ -251,18 +252,18 @@ func TestExternalSecretGatesTheServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, c)
-	get(t, c, NamesFor(c).StatefulSet, sts)
+	get(t, c, layout.NamesFor(c).StatefulSet, sts)
 	cm := &corev1.ConfigMap{}
-	get(t, c, NamesFor(c).ServerConfig, cm)
-	if cfg := cm.Data[ConfigMapKeyConfig]; strings.Contains(cfg, "datastore-") || strings.Contains(cfg, "pa55") {
+	get(t, c, layout.NamesFor(c).ServerConfig, cm)
+	if cfg := cm.Data[layout.ConfigMapKeyConfig]; strings.Contains(cfg, "datastore-") || strings.Contains(cfg, "pa55") {
 		t.Fatalf("the config names the datastore although the Secret holds only a DSN:\n%s", cfg)
 	}
 	pod := sts.Spec.Template.Spec
-	if len(pod.InitContainers) != 1 || pod.InitContainers[0].Name != ExternalCheckContainer {
+	if len(pod.InitContainers) != 1 || pod.InitContainers[0].Name != layout.ExternalCheckContainer {
 		t.Fatalf("init containers %+v, want the datastore check", pod.InitContainers)
 	}
-	if got := condition(t, c, ConditionDatastoreReady); got.Reason != ReasonExternalChecking {
-		t.Fatalf("DatastoreReady %+v, want %s until a pod's check passed", got, ReasonExternalChecking)
+	if got := condition(t, c, v1beta1.ConditionDatastoreReady); got.Reason != v1beta1.ReasonExternalChecking {
+		t.Fatalf("DatastoreReady %+v, want %s until a pod's check passed", got, v1beta1.ReasonExternalChecking)
 	}
 	reconcileOnce(t, r, c)
 	before := writes.count()
@@ -279,11 +280,11 @@ func TestExternalSecretGatesTheServers(t *testing.T) {
 	}
 	generation := sts.Generation
 	reconcileOnce(t, r, c)
-	get(t, c, NamesFor(c).StatefulSet, sts)
+	get(t, c, layout.NamesFor(c).StatefulSet, sts)
 	if sts.Generation != generation {
 		t.Fatalf("the StatefulSet changed (generation %d → %d) from a Secret without an endpoint", generation, sts.Generation)
 	}
-	if got := condition(t, c, ConditionDatastoreReady); got.Reason != ReasonExternalSecretInvalid || strings.Contains(got.Message, "pa55") {
+	if got := condition(t, c, v1beta1.ConditionDatastoreReady); got.Reason != v1beta1.ReasonExternalSecretInvalid || strings.Contains(got.Message, "pa55") {
 		t.Fatalf("DatastoreReady %+v", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // Isolation on the host (docs/security.md): pure builders for a Cluster's
@@ -168,7 +169,7 @@ func NetworkPolicyEnabled(c *v1beta1.Cluster, d IsolationDefaults) bool {
 
 // workloadLabels select the host pods the agent runs for c's workloads.
 func workloadLabels(c *v1beta1.Cluster) map[string]string {
-	return map[string]string{LabelManagedBy: agentManagedByValue, LabelCluster: c.Name}
+	return map[string]string{v1beta1.LabelManagedBy: agentManagedByValue, v1beta1.LabelCluster: c.Name}
 }
 
 func podPeer(labels map[string]string) networkingv1.NetworkPolicyPeer {
@@ -211,8 +212,8 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults) []*networki
 
 	egress := []networkingv1.NetworkPolicyEgressRule{
 		{To: []networkingv1.NetworkPolicyPeer{workloads}},
-		{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, APIPort)},
-		{To: []networkingv1.NetworkPolicyPeer{agent}, Ports: append(policyPorts(corev1.ProtocolUDP, AgentDNSPort), policyPorts(corev1.ProtocolTCP, AgentDNSPort)...)},
+		{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
+		{To: []networkingv1.NetworkPolicyPeer{agent}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
 	}
 	if blocks := egressBlocks(d.EgressCIDRs, d.EgressExcept); len(blocks) > 0 {
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{To: blocks})
@@ -238,9 +239,9 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults) []*networki
 			PodSelector: metav1.LabelSelector{MatchLabels: serverLabels(c)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
-				{Ports: policyPorts(corev1.ProtocolTCP, APIPort)},
-				{From: etcdFrom, Ports: policyPorts(corev1.ProtocolTCP, DatastoreClientPort, DatastorePeerPort)},
-				{From: []networkingv1.NetworkPolicyPeer{controller}, Ports: policyPorts(corev1.ProtocolTCP, DatastoreClientPort)},
+				{Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
+				{From: etcdFrom, Ports: policyPorts(corev1.ProtocolTCP, layout.DatastoreClientPort, layout.DatastorePeerPort)},
+				{From: []networkingv1.NetworkPolicyPeer{controller}, Ports: policyPorts(corev1.ProtocolTCP, layout.DatastoreClientPort)},
 			},
 		},
 	}
@@ -251,8 +252,8 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults) []*networki
 			PodSelector: metav1.LabelSelector{MatchLabels: agentLabels(c)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
-				{From: []networkingv1.NetworkPolicyPeer{servers, workloads}, Ports: policyPorts(corev1.ProtocolTCP, AgentKubeletPort)},
-				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: append(policyPorts(corev1.ProtocolUDP, AgentDNSPort), policyPorts(corev1.ProtocolTCP, AgentDNSPort)...)},
+				{From: []networkingv1.NetworkPolicyPeer{servers, workloads}, Ports: policyPorts(corev1.ProtocolTCP, layout.AgentKubeletPort)},
+				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
 			},
 		},
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func mustList(t *testing.T, s string) corev1.ResourceList {
@@ -53,7 +54,7 @@ func TestDesiredQuotaAndLimits(t *testing.T) {
 	c.Spec.Quota = &v1beta1.QuotaConfig{Hard: resources("pods", "5", "services", "3")}
 	c.Spec.Limits = &v1beta1.LimitsConfig{DefaultRequest: resources("memory", "128Mi")}
 	q := DesiredQuota(c, d)
-	if q.Name != "k3k-a-quota" || q.Namespace != "ns" || q.Labels[LabelCluster] != "a" {
+	if q.Name != "k3k-a-quota" || q.Namespace != "ns" || q.Labels[v1beta1.LabelCluster] != "a" {
 		t.Fatalf("quota meta %+v", q.ObjectMeta)
 	}
 	want := corev1.ResourceList{"pods": resource.MustParse("5"), "services": resource.MustParse("3"), "requests.cpu": resource.MustParse("8")}
@@ -89,7 +90,7 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 		byName[p.Name] = p
 	}
 	w := byName["k3k-a-workloads"]
-	if w == nil || w.Spec.PodSelector.MatchLabels[LabelManagedBy] != "k3k-kubelet" || w.Spec.PodSelector.MatchLabels[LabelCluster] != "a" {
+	if w == nil || w.Spec.PodSelector.MatchLabels[v1beta1.LabelManagedBy] != "k3k-kubelet" || w.Spec.PodSelector.MatchLabels[v1beta1.LabelCluster] != "a" {
 		t.Fatalf("workload policy does not select the agent's pods of cluster a: %+v", w)
 	}
 	if !slices.Equal(w.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
@@ -98,13 +99,13 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 	// Egress: own workloads (any port), own servers' API port only, own
 	// agent's DNS port only, then the outside blocks without the host networks.
 	e := w.Spec.Egress
-	if len(e) != 4 || e[0].To[0].PodSelector.MatchLabels[LabelManagedBy] != "k3k-kubelet" || len(e[0].Ports) != 0 {
+	if len(e) != 4 || e[0].To[0].PodSelector.MatchLabels[v1beta1.LabelManagedBy] != "k3k-kubelet" || len(e[0].Ports) != 0 {
 		t.Fatalf("egress %+v", e)
 	}
-	if e[1].To[0].PodSelector.MatchLabels[LabelComponent] != ComponentServer || len(e[1].Ports) != 1 || e[1].Ports[0].Port.IntVal != APIPort {
+	if e[1].To[0].PodSelector.MatchLabels[v1beta1.LabelComponent] != v1beta1.ComponentServer || len(e[1].Ports) != 1 || e[1].Ports[0].Port.IntVal != layout.APIPort {
 		t.Errorf("egress to the servers %+v, want the API port only", e[1])
 	}
-	if e[2].To[0].PodSelector.MatchLabels[LabelComponent] != ComponentAgent || len(e[2].Ports) != 2 || e[2].Ports[0].Port.IntVal != AgentDNSPort {
+	if e[2].To[0].PodSelector.MatchLabels[v1beta1.LabelComponent] != v1beta1.ComponentAgent || len(e[2].Ports) != 2 || e[2].Ports[0].Port.IntVal != layout.AgentDNSPort {
 		t.Errorf("egress to the agent %+v, want its DNS port only", e[2])
 	}
 	blocks := e[3].To
@@ -113,7 +114,7 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 		t.Errorf("egress blocks %+v, want each with only the excepts inside it", blocks)
 	}
 	s := byName["k3k-a-server"]
-	if s == nil || s.Spec.PodSelector.MatchLabels[LabelComponent] != ComponentServer || !slices.Equal(s.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+	if s == nil || s.Spec.PodSelector.MatchLabels[v1beta1.LabelComponent] != v1beta1.ComponentServer || !slices.Equal(s.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
 		t.Fatalf("server policy %+v", s)
 	}
 	open := map[int32]bool{}
@@ -125,12 +126,12 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 			t.Errorf("server ingress rule without ports opens everything: %+v", r)
 		}
 	}
-	for _, closed := range []int32{DatastoreHealthPort, DatastoreMetricsPort, PublisherHealthPort} {
+	for _, closed := range []int32{layout.DatastoreHealthPort, layout.DatastoreMetricsPort, layout.PublisherHealthPort} {
 		if open[closed] {
 			t.Errorf("server port %d is open to the network", closed)
 		}
 	}
-	if !open[APIPort] || !open[DatastoreClientPort] || !open[DatastorePeerPort] {
+	if !open[layout.APIPort] || !open[layout.DatastoreClientPort] || !open[layout.DatastorePeerPort] {
 		t.Errorf("server ports open %v, want the API and etcd ports", open)
 	}
 	if got := s.Spec.Ingress[2].From[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName]; got != "k3k-system" {

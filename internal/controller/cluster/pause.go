@@ -9,17 +9,6 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
-// ConditionPaused is present while spec.paused is set: True once no server or
-// agent pod runs any more.
-const ConditionPaused = "Paused"
-
-// Reasons of the Paused condition (and of Ready while paused).
-const (
-	ReasonPaused           = "Paused"
-	ReasonPausing          = "Pausing"
-	ReasonPauseUnsupported = "PauseUnsupported"
-)
-
 // pauseUnsupported says why spec.paused cannot be honoured for these
 // settings; "" when it can. etcd members are not stopped all at once yet (the
 // membership code would take scaled-down pods for departing members), and an
@@ -47,7 +36,7 @@ func pausedCondition(c *v1beta1.Cluster, o observation) (cond condResult, presen
 		return condResult{}, false
 	}
 	if why := pauseUnsupported(o.settings); why != "" {
-		return condResult{false, ReasonPauseUnsupported, why}, true
+		return condResult{false, v1beta1.ReasonPauseUnsupported, why}, true
 	}
 	running := 0
 	for _, p := range o.serverPods {
@@ -59,9 +48,9 @@ func pausedCondition(c *v1beta1.Cluster, o observation) (cond condResult, presen
 		running += int(o.agent.Status.Replicas)
 	}
 	if running > 0 {
-		return condResult{false, ReasonPausing, fmt.Sprintf("scaled to zero; %d server and agent pods still running", running)}, true
+		return condResult{false, v1beta1.ReasonPausing, fmt.Sprintf("scaled to zero; %d server and agent pods still running", running)}, true
 	}
-	return condResult{true, ReasonPaused, "servers and agent scaled to zero; volumes, Secrets and Services kept; set spec.paused to false to resume"}, true
+	return condResult{true, v1beta1.ReasonPaused, "servers and agent scaled to zero; volumes, Secrets and Services kept; set spec.paused to false to resume"}, true
 }
 
 // pausedStatus applies a pause to st: the Paused condition, and while the
@@ -70,13 +59,13 @@ func pausedCondition(c *v1beta1.Cluster, o observation) (cond condResult, presen
 func pausedStatus(c *v1beta1.Cluster, o observation, st *v1beta1.ClusterStatus, set func(t string, ok bool, reason, msg string)) {
 	cond, present := pausedCondition(c, o)
 	if !present {
-		meta.RemoveStatusCondition(&st.Conditions, ConditionPaused)
+		meta.RemoveStatusCondition(&st.Conditions, v1beta1.ConditionPaused)
 		return
 	}
-	set(ConditionPaused, cond.ok, cond.reason, cond.message)
-	if cond.reason == ReasonPauseUnsupported || !c.DeletionTimestamp.IsZero() {
+	set(v1beta1.ConditionPaused, cond.ok, cond.reason, cond.message)
+	if cond.reason == v1beta1.ReasonPauseUnsupported || !c.DeletionTimestamp.IsZero() {
 		return
 	}
-	set(ConditionReady, false, ReasonPaused, "the cluster is paused (spec.paused)")
+	set(v1beta1.ConditionReady, false, v1beta1.ReasonPaused, "the cluster is paused (spec.paused)")
 	st.Phase = v1beta1.PhasePaused
 }

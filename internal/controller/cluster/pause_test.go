@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func setPaused(t *testing.T, c *v1beta1.Cluster, paused bool) {
@@ -26,9 +27,9 @@ func setPaused(t *testing.T, c *v1beta1.Cluster, paused bool) {
 func replicasOf(t *testing.T, c *v1beta1.Cluster) (servers, agent int32) {
 	t.Helper()
 	sts := &appsv1.StatefulSet{}
-	get(t, c, NamesFor(c).StatefulSet, sts)
+	get(t, c, layout.NamesFor(c).StatefulSet, sts)
 	d := &appsv1.Deployment{}
-	get(t, c, AgentName(c), d)
+	get(t, c, layout.AgentName(c.Name), d)
 	return ptr.Deref(sts.Spec.Replicas, -1), ptr.Deref(d.Spec.Replicas, -1)
 }
 
@@ -44,12 +45,12 @@ func TestPauseScalesToZeroKeepsTheDataAndResumes(t *testing.T) {
 	reconcileOnce(t, r, c)
 	makeReady(t, c)
 	reconcileOnce(t, r, c)
-	if got := condition(t, c, ConditionReady); got.Status != metav1.ConditionTrue {
+	if got := condition(t, c, v1beta1.ConditionReady); got.Status != metav1.ConditionTrue {
 		t.Fatalf("not Ready before the pause: %+v", got)
 	}
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: DataVolume + "-" + n.StatefulSet + "-0", Labels: serverLabels(c)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: layout.DataVolume + "-" + n.StatefulSet + "-0", Labels: serverLabels(c)},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}}},
 	}
@@ -69,10 +70,10 @@ func TestPauseScalesToZeroKeepsTheDataAndResumes(t *testing.T) {
 	if cl.Status.Phase != v1beta1.PhasePaused {
 		t.Errorf("phase %s, want Paused", cl.Status.Phase)
 	}
-	if got := condition(t, c, ConditionPaused); got.Status != metav1.ConditionFalse || got.Reason != ReasonPausing {
+	if got := condition(t, c, v1beta1.ConditionPaused); got.Status != metav1.ConditionFalse || got.Reason != v1beta1.ReasonPausing {
 		t.Errorf("Paused condition while the pod still runs: %+v", got)
 	}
-	if got := condition(t, c, ConditionReady); got.Status != metav1.ConditionFalse || got.Reason != ReasonPaused {
+	if got := condition(t, c, v1beta1.ConditionReady); got.Status != metav1.ConditionFalse || got.Reason != v1beta1.ReasonPaused {
 		t.Errorf("Ready while paused: %+v", got)
 	}
 
@@ -87,7 +88,7 @@ func TestPauseScalesToZeroKeepsTheDataAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, c)
-	if got := condition(t, c, ConditionPaused); got.Status != metav1.ConditionTrue || got.Reason != ReasonPaused {
+	if got := condition(t, c, v1beta1.ConditionPaused); got.Status != metav1.ConditionTrue || got.Reason != v1beta1.ReasonPaused {
 		t.Errorf("Paused condition once the pods are gone: %+v", got)
 	}
 	start := writes.count()
@@ -102,7 +103,7 @@ func TestPauseScalesToZeroKeepsTheDataAndResumes(t *testing.T) {
 	}
 	stillToken := &corev1.Secret{}
 	get(t, c, n.Token, stillToken)
-	if string(stillToken.Data[SecretKeyToken]) != string(token.Data[SecretKeyToken]) {
+	if string(stillToken.Data[layout.SecretKeyToken]) != string(token.Data[layout.SecretKeyToken]) {
 		t.Error("the token changed while paused")
 	}
 
@@ -112,7 +113,7 @@ func TestPauseScalesToZeroKeepsTheDataAndResumes(t *testing.T) {
 		t.Fatalf("resumed: server replicas %d, agent replicas %d, want 1 and 1", s, a)
 	}
 	get(t, c, c.Name, cl)
-	if meta.FindStatusCondition(cl.Status.Conditions, ConditionPaused) != nil || cl.Status.Phase == v1beta1.PhasePaused {
+	if meta.FindStatusCondition(cl.Status.Conditions, v1beta1.ConditionPaused) != nil || cl.Status.Phase == v1beta1.PhasePaused {
 		t.Errorf("resumed but still reported paused: phase %s, conditions %+v", cl.Status.Phase, cl.Status.Conditions)
 	}
 }
@@ -138,8 +139,8 @@ func TestPauseIsRefusedWhereItWouldHarm(t *testing.T) {
 			if s, a := replicasOf(t, c); s != tc.servers || a != 1 {
 				t.Errorf("replicas %d/%d, want the cluster left running (%d/1)", s, a, tc.servers)
 			}
-			got := condition(t, c, ConditionPaused)
-			if got.Status != metav1.ConditionFalse || got.Reason != ReasonPauseUnsupported {
+			got := condition(t, c, v1beta1.ConditionPaused)
+			if got.Status != metav1.ConditionFalse || got.Reason != v1beta1.ReasonPauseUnsupported {
 				t.Errorf("Paused condition %+v, want False/PauseUnsupported", got)
 			}
 			cl := &v1beta1.Cluster{}

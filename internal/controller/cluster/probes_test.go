@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // TestServerReadyOnlyWhenItsAPIServes: the server pod joins the API Service
@@ -38,18 +39,18 @@ func TestServerReadyOnlyWhenItsAPIServes(t *testing.T) {
 				t.Fatalf("containers %v", pod.Containers)
 			}
 			r := k3s.ReadinessProbe
-			if r == nil || r.HTTPGet == nil || r.HTTPGet.Path != "/readyz" || r.HTTPGet.Port.IntValue() != PublisherHealthPort {
-				t.Fatalf("k3s readiness probe %+v; want GET /readyz on the publisher's port %d", r, PublisherHealthPort)
+			if r == nil || r.HTTPGet == nil || r.HTTPGet.Path != "/readyz" || r.HTTPGet.Port.IntValue() != layout.PublisherHealthPort {
+				t.Fatalf("k3s readiness probe %+v; want GET /readyz on the publisher's port %d", r, layout.PublisherHealthPort)
 			}
-			if !hasPort(pub, PublisherHealthPort) || !slices.Contains(pub.Command, "--health-address=:2383") {
-				t.Errorf("the publisher does not serve port %d: ports %v command %v", PublisherHealthPort, pub.Ports, pub.Command)
+			if !hasPort(pub, layout.PublisherHealthPort) || !slices.Contains(pub.Command, "--health-address=:2383") {
+				t.Errorf("the publisher does not serve port %d: ports %v command %v", layout.PublisherHealthPort, pub.Ports, pub.Command)
 			}
 			if r.TimeoutSeconds <= 3 {
 				t.Errorf("readiness timeout %ds is not longer than the publisher's own 3s request to /readyz", r.TimeoutSeconds)
 			}
 			for name, p := range map[string]*corev1.Probe{"startup": k3s.StartupProbe, "liveness": k3s.LivenessProbe} {
-				if p == nil || p.TCPSocket == nil || p.TCPSocket.Port.IntValue() != APIPort {
-					t.Errorf("k3s %s probe %+v; want a TCP check of port %d that does not depend on the API's readiness", name, p, APIPort)
+				if p == nil || p.TCPSocket == nil || p.TCPSocket.Port.IntValue() != layout.APIPort {
+					t.Errorf("k3s %s probe %+v; want a TCP check of port %d that does not depend on the API's readiness", name, p, layout.APIPort)
 				}
 			}
 		})

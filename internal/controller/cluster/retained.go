@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // Retained volumes coming back.
@@ -38,10 +39,6 @@ import (
 // that far) cannot be restored from: k3s keeps waiting, and the condition says
 // what to do.
 
-// ReasonServersStartedToRestoreToken is the Event recorded when the servers
-// of a cluster with data are started so that they restore the token Secret.
-const ReasonServersStartedToRestoreToken = "ServersStartedToRestoreToken"
-
 // serversMayStart reports whether a server StatefulSet may be created: the
 // token is in its Secret, or it is awaiting restore from the servers' own copy,
 // which only a running server pod can do. A user's token Secret that is
@@ -51,21 +48,11 @@ func serversMayStart(o *observation) bool {
 }
 
 func awaitingTokenRestore(o *observation) bool {
-	return !o.token.ready && o.token.reason == ReasonTokenAwaitingRestore
+	return !o.token.ready && o.token.reason == v1beta1.ReasonTokenAwaitingRestore
 }
 
-// AnnotationRestorePending on a new Cluster says that its data is being
-// restored from a snapshot (k3kcli cluster create --restore-from sets it
-// before the Cluster exists and removes it when done). Until then the
-// cluster is treated as one that holds data: no token is generated (the
-// snapshot's token is written into the Secret after its data), and the
-// servers start, their datastores empty and k3s waiting for the token, so
-// that the data can be loaded into the datastore before k3s first starts. It
-// changes nothing for a cluster whose token Secret holds a token.
-const AnnotationRestorePending = "k3k.io/restore-pending"
-
 func restorePending(c *v1beta1.Cluster) bool {
-	_, ok := c.Annotations[AnnotationRestorePending]
+	_, ok := c.Annotations[v1beta1.AnnotationRestorePending]
 	return ok
 }
 
@@ -74,22 +61,22 @@ func restorePending(c *v1beta1.Cluster) bool {
 func tokenAwaitingRestoreMessage(c *v1beta1.Cluster, secret string) string {
 	if restorePending(c) {
 		return fmt.Sprintf("restoring from a snapshot (annotation %s): Secret %s gets the snapshot's token once its data is loaded into the datastore; k3s waits for it. "+
-			"If it stays so, the restore was interrupted: delete the Cluster and restore again", AnnotationRestorePending, secret)
+			"If it stays so, the restore was interrupted: delete the Cluster and restore again", v1beta1.AnnotationRestorePending, secret)
 	}
 	return fmt.Sprintf("Secret %s is missing or empty but the servers already hold data (a published kubeconfig or a server volume, e.g. kept by delete --keep-data): "+
 		"the servers start on their volumes and the publisher restores the token from the server's own copy (%s), which k3s waits for; "+
 		"k3k never generates a replacement token for existing data. If it stays so, the server's volume holds no token "+
-		"(its server never started): put the original token into the Secret, or delete the volumes to start empty", secret, ServerTokenPath)
+		"(its server never started): put the original token into the Secret, or delete the volumes to start empty", secret, layout.ServerTokenPath)
 }
 
 // recordTokenRestoreStart records that the servers were started on retained
 // data to restore the token; called once, when the StatefulSet is created.
 func (r *Reconciler) recordTokenRestoreStart(c *v1beta1.Cluster) {
 	if restorePending(c) {
-		r.event(c, corev1.EventTypeNormal, ReasonServersStartedToRestoreToken, "StartServers",
-			fmt.Sprintf("restoring from a snapshot: the servers start with empty datastores and k3s waits for Secret %s, which gets the snapshot's token once its data is loaded", NamesFor(c).Token))
+		r.event(c, corev1.EventTypeNormal, v1beta1.ReasonServersStartedToRestoreToken, "StartServers",
+			fmt.Sprintf("restoring from a snapshot: the servers start with empty datastores and k3s waits for Secret %s, which gets the snapshot's token once its data is loaded", layout.NamesFor(c).Token))
 		return
 	}
-	r.event(c, corev1.EventTypeNormal, ReasonServersStartedToRestoreToken, "StartServers",
-		fmt.Sprintf("the servers already hold data and Secret %s is empty: the servers start on their volumes and restore the token from their own copy", NamesFor(c).Token))
+	r.event(c, corev1.EventTypeNormal, v1beta1.ReasonServersStartedToRestoreToken, "StartServers",
+		fmt.Sprintf("the servers already hold data and Secret %s is empty: the servers start on their volumes and restore the token from their own copy", layout.NamesFor(c).Token))
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 func retainVolumes(c *v1beta1.Cluster) { c.Spec.Persistence.WhenDeleted = v1beta1.RetainVolumes }
@@ -24,7 +25,7 @@ func retainVolumes(c *v1beta1.Cluster) { c.Spec.Persistence.WhenDeleted = v1beta
 func createRetainedClaim(t *testing.T, c *v1beta1.Cluster, i int) {
 	t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: fmt.Sprintf("%s-%s-%d", DataVolume, NamesFor(c).StatefulSet, i), Labels: serverLabels(c)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: fmt.Sprintf("%s-%s-%d", layout.DataVolume, layout.NamesFor(c).StatefulSet, i), Labels: serverLabels(c)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}},
@@ -44,7 +45,7 @@ func deleteLikeTheGarbageCollector(t *testing.T, c *v1beta1.Cluster) {
 		t.Fatalf("deleting Cluster: %v", err)
 	}
 	objs := ownedObjects(c)
-	objs["Pod/"+NamesFor(c).StatefulSet+"-0"] = &corev1.Pod{}
+	objs["Pod/"+layout.NamesFor(c).StatefulSet+"-0"] = &corev1.Pod{}
 	for key, obj := range objs {
 		obj.SetNamespace(c.Namespace)
 		obj.SetName(nameOf(key))
@@ -84,10 +85,10 @@ func TestRetainedVolumesComeBackWithTheirOwnToken(t *testing.T) {
 	reconcileOnce(t, r, first)
 	makeReady(t, first)
 	reconcileOnce(t, r, first)
-	n := NamesFor(first)
+	n := layout.NamesFor(first)
 	token := &corev1.Secret{}
 	get(t, first, n.Token, token)
-	original := string(token.Data[SecretKeyToken])
+	original := string(token.Data[layout.SecretKeyToken])
 	if len(original) == 0 {
 		t.Fatal("the first cluster got no token")
 	}
@@ -101,12 +102,12 @@ func TestRetainedVolumesComeBackWithTheirOwnToken(t *testing.T) {
 	reconcileOnce(t, r, second)
 
 	get(t, second, n.Token, token)
-	if len(token.Data[SecretKeyToken]) != 0 {
+	if len(token.Data[layout.SecretKeyToken]) != 0 {
 		t.Fatal("a new token was minted for the retained data")
 	}
-	cond := condition(t, second, ConditionTokenReady)
-	if cond.Status != metav1.ConditionFalse || cond.Reason != ReasonTokenAwaitingRestore || !strings.Contains(cond.Message, "servers start on their volumes") {
-		t.Fatalf("TokenReady %+v, want False/%s saying the servers start to restore it", cond, ReasonTokenAwaitingRestore)
+	cond := condition(t, second, v1beta1.ConditionTokenReady)
+	if cond.Status != metav1.ConditionFalse || cond.Reason != v1beta1.ReasonTokenAwaitingRestore || !strings.Contains(cond.Message, "servers start on their volumes") {
+		t.Fatalf("TokenReady %+v, want False/%s saying the servers start to restore it", cond, v1beta1.ReasonTokenAwaitingRestore)
 	}
 	sts := &appsv1.StatefulSet{}
 	get(t, second, n.StatefulSet, sts)
@@ -115,7 +116,7 @@ func TestRetainedVolumesComeBackWithTheirOwnToken(t *testing.T) {
 	}
 	var tokenVolume *corev1.Volume
 	for i, v := range sts.Spec.Template.Spec.Volumes {
-		if v.Name == TokenVolume {
+		if v.Name == layout.TokenVolume {
 			tokenVolume = &sts.Spec.Template.Spec.Volumes[i]
 		}
 	}
@@ -126,8 +127,8 @@ func TestRetainedVolumesComeBackWithTheirOwnToken(t *testing.T) {
 	// which it waits for, and nothing else.
 	cm := &corev1.ConfigMap{}
 	get(t, second, n.ServerConfig, cm)
-	if !strings.Contains(cm.Data[ConfigMapKeyConfig], "token-file: "+TokenPath) {
-		t.Fatalf("k3s config without token-file %s:\n%s", TokenPath, cm.Data[ConfigMapKeyConfig])
+	if !strings.Contains(cm.Data[layout.ConfigMapKeyConfig], "token-file: "+layout.TokenPath) {
+		t.Fatalf("k3s config without token-file %s:\n%s", layout.TokenPath, cm.Data[layout.ConfigMapKeyConfig])
 	}
 	cl := &v1beta1.Cluster{}
 	get(t, second, second.Name, cl)
@@ -136,7 +137,7 @@ func TestRetainedVolumesComeBackWithTheirOwnToken(t *testing.T) {
 	}
 	all := drainEvents(rec)
 	if got := startedToRestore(all); len(got) != 1 {
-		t.Fatalf("events %v, want one %s", all, ReasonServersStartedToRestoreToken)
+		t.Fatalf("events %v, want one %s", all, v1beta1.ReasonServersStartedToRestoreToken)
 	}
 	for _, e := range all {
 		if strings.Contains(e, original) {
@@ -155,16 +156,16 @@ func TestRetainedVolumesComeBackWithTheirOwnToken(t *testing.T) {
 	}
 
 	// What the publisher does: restore the server's own copy.
-	token.Data = map[string][]byte{SecretKeyToken: []byte(original)}
+	token.Data = map[string][]byte{layout.SecretKeyToken: []byte(original)}
 	if err := k8s.Update(ctx, token); err != nil {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, second)
-	if cond := condition(t, second, ConditionTokenReady); cond.Status != metav1.ConditionTrue {
+	if cond := condition(t, second, v1beta1.ConditionTokenReady); cond.Status != metav1.ConditionTrue {
 		t.Fatalf("TokenReady after restore: %+v", cond)
 	}
 	get(t, second, n.Token, token)
-	if string(token.Data[SecretKeyToken]) != original {
+	if string(token.Data[layout.SecretKeyToken]) != original {
 		t.Fatal("the token changed after the restore")
 	}
 	again := &appsv1.StatefulSet{}
@@ -185,10 +186,10 @@ func TestMissingUserTokenHoldsBackServersWithData(t *testing.T) {
 	createRetainedClaim(t, c, 0)
 	createCluster(t, c)
 	reconcileOnce(t, r, c)
-	if got := condition(t, c, ConditionTokenReady); got.Reason != ReasonTokenSecretNotFound {
-		t.Fatalf("TokenReady %+v, want %s", got, ReasonTokenSecretNotFound)
+	if got := condition(t, c, v1beta1.ConditionTokenReady); got.Reason != v1beta1.ReasonTokenSecretNotFound {
+		t.Fatalf("TokenReady %+v, want %s", got, v1beta1.ReasonTokenSecretNotFound)
 	}
-	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: NamesFor(c).StatefulSet}, &appsv1.StatefulSet{})
+	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).StatefulSet}, &appsv1.StatefulSet{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("servers started without the user's token; get StatefulSet: %v", err)
 	}
@@ -211,14 +212,14 @@ func TestRetainedEtcdVolumesComeBack(t *testing.T) {
 	createCluster(t, c)
 	reconcileOnce(t, r, c)
 
-	n := NamesFor(c)
+	n := layout.NamesFor(c)
 	token := &corev1.Secret{}
 	get(t, c, n.Token, token)
-	if len(token.Data[SecretKeyToken]) != 0 {
+	if len(token.Data[layout.SecretKeyToken]) != 0 {
 		t.Fatal("a new token was minted for the retained data")
 	}
-	if got := condition(t, c, ConditionTokenReady); got.Reason != ReasonTokenAwaitingRestore {
-		t.Fatalf("TokenReady %+v, want %s", got, ReasonTokenAwaitingRestore)
+	if got := condition(t, c, v1beta1.ConditionTokenReady); got.Reason != v1beta1.ReasonTokenAwaitingRestore {
+		t.Fatalf("TokenReady %+v, want %s", got, v1beta1.ReasonTokenAwaitingRestore)
 	}
 	sts := &appsv1.StatefulSet{}
 	get(t, c, n.StatefulSet, sts)
@@ -230,7 +231,7 @@ func TestRetainedEtcdVolumesComeBack(t *testing.T) {
 		t.Fatalf("a roster was published for a cluster whose members hold data (get: %v)", err)
 	}
 	if got := startedToRestore(drainEvents(rec)); len(got) != 1 {
-		t.Fatalf("events %v, want one %s", got, ReasonServersStartedToRestoreToken)
+		t.Fatalf("events %v, want one %s", got, v1beta1.ReasonServersStartedToRestoreToken)
 	}
 }
 
@@ -250,18 +251,18 @@ func TestRestorePendingClusterStartsWithoutAToken(t *testing.T) {
 			r.Recorder = rec
 			c := newCluster(newNamespace(t), "restored", func(c *v1beta1.Cluster) {
 				c.Spec.Datastore.Type = ds
-				c.Annotations = map[string]string{AnnotationRestorePending: "abc"}
+				c.Annotations = map[string]string{v1beta1.AnnotationRestorePending: "abc"}
 			})
 			createCluster(t, c)
 			reconcileOnce(t, r, c)
-			n := NamesFor(c)
+			n := layout.NamesFor(c)
 			token := &corev1.Secret{}
 			get(t, c, n.Token, token)
-			if len(token.Data[SecretKeyToken]) != 0 {
+			if len(token.Data[layout.SecretKeyToken]) != 0 {
 				t.Fatal("a token was generated for a cluster being restored")
 			}
-			cond := condition(t, c, ConditionTokenReady)
-			if cond.Reason != ReasonTokenAwaitingRestore || !strings.Contains(cond.Message, "restoring from a snapshot") {
+			cond := condition(t, c, v1beta1.ConditionTokenReady)
+			if cond.Reason != v1beta1.ReasonTokenAwaitingRestore || !strings.Contains(cond.Message, "restoring from a snapshot") {
 				t.Fatalf("TokenReady %+v", cond)
 			}
 			sts := &appsv1.StatefulSet{}
@@ -274,23 +275,23 @@ func TestRestorePendingClusterStartsWithoutAToken(t *testing.T) {
 			}
 
 			// What k3kcli does once the data is loaded.
-			token.Data = map[string][]byte{SecretKeyToken: []byte("the-snapshots-token")}
+			token.Data = map[string][]byte{layout.SecretKeyToken: []byte("the-snapshots-token")}
 			if err := k8s.Update(context.Background(), token); err != nil {
 				t.Fatal(err)
 			}
 			get(t, c, c.Name, c)
-			delete(c.Annotations, AnnotationRestorePending)
+			delete(c.Annotations, v1beta1.AnnotationRestorePending)
 			if err := k8s.Update(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
 			reconcileOnce(t, r, c)
-			if cond := condition(t, c, ConditionTokenReady); cond.Status != metav1.ConditionTrue {
+			if cond := condition(t, c, v1beta1.ConditionTokenReady); cond.Status != metav1.ConditionTrue {
 				t.Fatalf("TokenReady after the restore: %+v", cond)
 			}
 			get(t, c, n.Token, token)
 			again := &appsv1.StatefulSet{}
 			get(t, c, n.StatefulSet, again)
-			if string(token.Data[SecretKeyToken]) != "the-snapshots-token" || again.UID != sts.UID {
+			if string(token.Data[layout.SecretKeyToken]) != "the-snapshots-token" || again.UID != sts.UID {
 				t.Fatal("the token or the StatefulSet changed after the restore")
 			}
 		})
@@ -304,18 +305,18 @@ func TestRestorePendingNeverEmptiesAToken(t *testing.T) {
 	c := createCluster(t, newCluster(newNamespace(t), "running"))
 	reconcileOnce(t, r, c)
 	token := &corev1.Secret{}
-	get(t, c, NamesFor(c).Token, token)
-	original := string(token.Data[SecretKeyToken])
+	get(t, c, layout.NamesFor(c).Token, token)
+	original := string(token.Data[layout.SecretKeyToken])
 	get(t, c, c.Name, c)
-	c.Annotations = map[string]string{AnnotationRestorePending: "late"}
+	c.Annotations = map[string]string{v1beta1.AnnotationRestorePending: "late"}
 	if err := k8s.Update(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	reconcileOnce(t, r, c)
 	before := writes.count()
 	reconcileOnce(t, r, c)
-	get(t, c, NamesFor(c).Token, token)
-	if string(token.Data[SecretKeyToken]) != original || condition(t, c, ConditionTokenReady).Status != metav1.ConditionTrue {
+	get(t, c, layout.NamesFor(c).Token, token)
+	if string(token.Data[layout.SecretKeyToken]) != original || condition(t, c, v1beta1.ConditionTokenReady).Status != metav1.ConditionTrue {
 		t.Fatal("the annotation changed a cluster that has its token")
 	}
 	if writes.count() != before {
@@ -328,7 +329,7 @@ func TestRestorePendingNeverEmptiesAToken(t *testing.T) {
 func startedToRestore(got []string) []string {
 	var out []string
 	for _, e := range got {
-		if strings.Contains(e, " "+ReasonServersStartedToRestoreToken+" ") {
+		if strings.Contains(e, " "+v1beta1.ReasonServersStartedToRestoreToken+" ") {
 			out = append(out, e)
 		}
 	}

@@ -11,32 +11,7 @@ import (
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
-)
-
-// Condition types on a Cluster.
-const (
-	ConditionReady               = "Ready"
-	ConditionTokenReady          = "TokenReady"
-	ConditionDatastoreReady      = "DatastoreReady"
-	ConditionServersReady        = "ServersReady"
-	ConditionKubeconfigPublished = "KubeconfigPublished"
-)
-
-// Condition reasons. CamelCase, stable: tools and people match on them.
-const (
-	ReasonReady                = "Ready"
-	ReasonInvalidSpec          = "InvalidSpec"
-	ReasonNotReady             = "NotReady"
-	ReasonTokenAvailable       = "TokenAvailable"
-	ReasonTokenSecretNotFound  = "TokenSecretNotFound"
-	ReasonTokenAwaitingRestore = "TokenAwaitingRestore"
-	ReasonDatastoreServing     = "DatastoreServing"
-	ReasonDatastoreStarting    = "DatastoreStarting"
-	ReasonServersReady         = "ServersReady"
-	ReasonServersStarting      = "ServersStarting"
-	ReasonWaiting              = "Waiting"
-	ReasonInvalid              = "Invalid"
-	ReasonPublished            = "Published"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // tokenState is what the controller observed of the token Secret.
@@ -70,15 +45,63 @@ type observation struct {
 	// claims are the server volume claims by name, read only while a server
 	// pod is not ready (they explain why).
 	claims map[string]claimFacts
+	// deleting: the Cluster is being deleted; nothing is observed.
+	deleting bool
+	// failure is the step that failed in this reconcile; nil when none did.
+	failure *stepFailure
 }
 
-// computeStatus derives the Cluster's status from what was observed. It starts
-// from the current conditions only so that meta.SetStatusCondition keeps their
-// transition times when nothing changed.
+// stepFailure is a reconcile step that returned an error.
+type stepFailure struct {
+	step string
+	err  error
+}
+
+// fail records that step failed with err and returns err with the step's
+// name; a nil err records nothing and returns nil.
+func (o *observation) fail(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	o.failure = &stepFailure{step, err}
+	return fmt.Errorf("%s: %w", step, err)
+}
+
+// message is Ready's message for a failed step: the step and its
+// error, on one line. Step errors name objects and API errors, never a
+// Secret's content.
+func (f *stepFailure) message() string {
+	return clip(fmt.Sprintf("step %q failed: %v", f.step, f.err))
+}
+
+// computeStatus derives the Cluster's status from what was observed. A step
+// that failed in this reconcile overrides Ready (ReconcileError, whatever
+// else Ready would say) and keeps the phase from Ready.
 func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
+	st := observedStatus(c, o)
+	if o.failure == nil {
+		return st
+	}
+	msg := o.failure.message()
+	if o.settingsErr != nil {
+		msg += "; and the spec is invalid: " + o.settingsErr.Error()
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: v1beta1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1beta1.ReasonReconcileError, Message: msg, ObservedGeneration: c.Generation,
+	})
+	if st.Phase == v1beta1.PhaseReady {
+		st.Phase = v1beta1.PhaseProvisioning
+	}
+	return st
+}
+
+// observedStatus is the status what was observed says. It starts from the
+// current conditions only so that meta.SetStatusCondition keeps their
+// transition times when nothing changed.
+func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	st := v1beta1.ClusterStatus{
 		ObservedGeneration: c.Generation,
-		Endpoint:           Endpoint(c),
+		Endpoint:           layout.Endpoint(c),
 		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
 		PersistenceType:    o.settings.Persistence,
 		Datastore:          &v1beta1.DatastoreStatus{Type: o.settings.Datastore, RecoveryRequest: etcdRecoveryRequest(c, o)},
@@ -98,23 +121,23 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	}
 
 	if o.settingsErr != nil {
-		set(ConditionReady, false, ReasonInvalidSpec, o.settingsErr.Error())
+		set(v1beta1.ConditionReady, false, v1beta1.ReasonInvalidSpec, o.settingsErr.Error())
 		st.Phase = v1beta1.PhaseFailed
 		return st
 	}
 
-	set(ConditionTokenReady, o.token.ready, o.token.reason, o.token.message)
+	set(v1beta1.ConditionTokenReady, o.token.ready, o.token.reason, o.token.message)
 	ds := datastoreCondition(o)
-	set(ConditionDatastoreReady, ds.ok, ds.reason, ds.message)
+	set(v1beta1.ConditionDatastoreReady, ds.ok, ds.reason, ds.message)
 	srv := serversCondition(o)
-	set(ConditionServersReady, srv.ok, srv.reason, srv.message)
+	set(v1beta1.ConditionServersReady, srv.ok, srv.reason, srv.message)
 	kc := kubeconfigCondition(o)
-	set(ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
+	set(v1beta1.ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
 	// AgentsReady is reported but does not gate Ready: the virtual API serves
 	// without an agent, only workloads wait for it.
 	if o.agentWanted {
 		ag := agentsCondition(o.agent)
-		set(ConditionAgentsReady, ag.ok, ag.reason, ag.message)
+		set(v1beta1.ConditionAgentsReady, ag.ok, ag.reason, ag.message)
 	}
 	if o.settings.Datastore == v1beta1.EtcdDatastore {
 		for _, cond := range etcdConditions(o, c.Generation) {
@@ -126,17 +149,17 @@ func computeStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 		}
 	}
 
-	ready := condResult{ok: true, reason: ReasonReady, message: "servers are ready and the kubeconfig is published"}
+	ready := condResult{ok: true, reason: v1beta1.ReasonReady, message: "servers are ready and the kubeconfig is published"}
 	for _, part := range []struct {
 		name string
 		r    condResult
-	}{{ConditionTokenReady, condResult{o.token.ready, o.token.reason, o.token.message}}, {ConditionDatastoreReady, ds}, {ConditionServersReady, srv}, {ConditionKubeconfigPublished, kc}} {
+	}{{v1beta1.ConditionTokenReady, condResult{o.token.ready, o.token.reason, o.token.message}}, {v1beta1.ConditionDatastoreReady, ds}, {v1beta1.ConditionServersReady, srv}, {v1beta1.ConditionKubeconfigPublished, kc}} {
 		if !part.r.ok {
-			ready = condResult{ok: false, reason: ReasonNotReady, message: fmt.Sprintf("%s: %s", part.name, part.r.message)}
+			ready = condResult{ok: false, reason: v1beta1.ReasonNotReady, message: fmt.Sprintf("%s: %s", part.name, part.r.message)}
 			break
 		}
 	}
-	set(ConditionReady, ready.ok, ready.reason, ready.message)
+	set(v1beta1.ConditionReady, ready.ok, ready.reason, ready.message)
 
 	switch {
 	case !c.DeletionTimestamp.IsZero():
@@ -174,21 +197,21 @@ func datastoreCondition(o observation) condResult {
 		}
 	}
 	if want := int(o.settings.Servers); ready >= want {
-		return condResult{true, ReasonDatastoreServing, fmt.Sprintf("%d/%d datastore sidecars ready", ready, want)}
+		return condResult{true, v1beta1.ReasonDatastoreServing, fmt.Sprintf("%d/%d datastore sidecars ready", ready, want)}
 	}
-	return condResult{false, ReasonDatastoreStarting, fmt.Sprintf("%d/%d datastore sidecars ready", ready, o.settings.Servers)}
+	return condResult{false, v1beta1.ReasonDatastoreStarting, fmt.Sprintf("%d/%d datastore sidecars ready", ready, o.settings.Servers)}
 }
 
 func serversCondition(o observation) condResult {
 	sts := o.statefulSet
 	if sts == nil {
-		return condResult{false, ReasonServersStarting, "the server StatefulSet does not exist yet"}
+		return condResult{false, v1beta1.ReasonServersStarting, "the server StatefulSet does not exist yet"}
 	}
 	want := o.settings.Servers
 	current := sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == want
 	msg := fmt.Sprintf("%d/%d servers ready", sts.Status.ReadyReplicas, want)
 	if current && sts.Status.ReadyReplicas >= want {
-		return condResult{true, ReasonServersReady, msg}
+		return condResult{true, v1beta1.ReasonServersReady, msg}
 	}
 	if !current {
 		msg += ", rollout in progress"
@@ -196,16 +219,16 @@ func serversCondition(o observation) condResult {
 	if b := firstBlocker(o.serverPods, o.claims); b != nil {
 		return condResult{false, b.reason, msg + "; " + b.message}
 	}
-	return condResult{false, ReasonServersStarting, msg}
+	return condResult{false, v1beta1.ReasonServersStarting, msg}
 }
 
 func kubeconfigCondition(o observation) condResult {
 	switch {
 	case len(o.kubeconfig) == 0 || errors.Is(o.kubeconfigErr, kubeconfig.ErrEmpty):
-		return condResult{false, ReasonWaiting, "waiting for the server to write its kubeconfig"}
+		return condResult{false, v1beta1.ReasonWaiting, "waiting for the server to write its kubeconfig"}
 	case o.kubeconfigErr != nil:
-		return condResult{false, ReasonInvalid, o.kubeconfigErr.Error()}
+		return condResult{false, v1beta1.ReasonInvalid, o.kubeconfigErr.Error()}
 	default:
-		return condResult{true, ReasonPublished, "the kubeconfig Secret holds a valid kubeconfig for the cluster's Service"}
+		return condResult{true, v1beta1.ReasonPublished, "the kubeconfig Secret holds a valid kubeconfig for the cluster's Service"}
 	}
 }

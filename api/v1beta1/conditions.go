@@ -1,0 +1,112 @@
+package v1beta1
+
+// Condition types on a Cluster. The etcd datastore adds EtcdHealthy and
+// EtcdAlarm, named by its own package (pkg/datastore/etcd).
+const (
+	ConditionReady               = "Ready"
+	ConditionTokenReady          = "TokenReady"
+	ConditionDatastoreReady      = "DatastoreReady"
+	ConditionServersReady        = "ServersReady"
+	ConditionKubeconfigPublished = "KubeconfigPublished"
+	// ConditionAgentsReady reports the shared-mode agent; it does not gate Ready.
+	ConditionAgentsReady = "AgentsReady"
+	// ConditionPaused is present while spec.paused is set: True once no
+	// server or agent pod runs any more.
+	ConditionPaused = "Paused"
+	// ConditionEtcdMembership says whether the etcd membership matches
+	// spec.servers, and otherwise what is being done or what blocks the change
+	// (the membership plan's reason: ScaleUp, WaitingForLearner, QuorumAtRisk,
+	// LastMember, ...).
+	ConditionEtcdMembership = "EtcdMembership"
+	// ConditionEtcdRecovery reports the last recovery from quorum loss an
+	// operator asked for (AnnotationEtcdRecover).
+	ConditionEtcdRecovery = "EtcdRecovery"
+)
+
+// Condition reasons. CamelCase, stable: tools and people match on them.
+const (
+	ReasonReady       = "Ready"
+	ReasonInvalidSpec = "InvalidSpec"
+	ReasonNotReady    = "NotReady"
+	// ReasonReconcileError on Ready says that a reconcile step failed; the
+	// message names the step and its error. It clears on the next reconcile
+	// that gets through every step.
+	ReasonReconcileError       = "ReconcileError"
+	ReasonTokenAvailable       = "TokenAvailable"
+	ReasonTokenSecretNotFound  = "TokenSecretNotFound"
+	ReasonTokenAwaitingRestore = "TokenAwaitingRestore"
+	ReasonDatastoreServing     = "DatastoreServing"
+	ReasonDatastoreStarting    = "DatastoreStarting"
+	ReasonServersReady         = "ServersReady"
+	ReasonServersStarting      = "ServersStarting"
+	ReasonWaiting              = "Waiting"
+	ReasonInvalid              = "Invalid"
+	ReasonPublished            = "Published"
+)
+
+// Reasons of the ServersReady condition when a server pod is stuck on
+// something that will not go away by waiting alone. The message names the pod
+// and the cause.
+const (
+	// ReasonServerVolumePending: a server's PersistentVolumeClaim is not bound;
+	// the message carries the claim's latest event (e.g. ProvisioningFailed).
+	ReasonServerVolumePending = "ServerVolumePending"
+	// ReasonServerUnschedulable: the scheduler found no node; the message is
+	// the scheduler's.
+	ReasonServerUnschedulable = "ServerUnschedulable"
+	// ReasonServerImagePullFailing: a server container's image cannot be pulled.
+	ReasonServerImagePullFailing = "ServerImagePullFailing"
+	// ReasonServerCrashLooping: a server container keeps exiting; the message
+	// has its last exit code.
+	ReasonServerCrashLooping = "ServerCrashLooping"
+)
+
+// IsBlockingReason reports whether a condition reason names a cause that
+// stops a server pod from starting (as opposed to one it is still working
+// through). k3kcli shows the message of such conditions while it waits.
+func IsBlockingReason(reason string) bool {
+	switch reason {
+	case ReasonServerVolumePending, ReasonServerUnschedulable, ReasonServerImagePullFailing, ReasonServerCrashLooping:
+		return true
+	}
+	return false
+}
+
+// Reasons of DatastoreReady for datastore.type external. The check's
+// failures are "ExternalDatastore" followed by its own reason, e.g.
+// ExternalDatastoreUnreachable, ExternalDatastoreAuthFailed.
+const (
+	ReasonExternalSecretNotFound = "ExternalSecretNotFound"
+	ReasonExternalSecretInvalid  = "ExternalSecretInvalid"
+	ReasonExternalChecking       = "ExternalDatastoreChecking"
+	ReasonExternalReachable      = "ExternalDatastoreReachable"
+)
+
+// Reasons of the etcd parts of the status.
+const (
+	ReasonQuorumHealthy = "QuorumHealthy"
+	// ReasonQuorumLost is also the membership plan's reason of that name.
+	ReasonQuorumLost       = "QuorumLost"
+	ReasonEtcdCAUnusable   = "EtcdCAUnusable"
+	ReasonNotObserved      = "NotObserved"
+	ReasonStepNotDone      = "StepNotDone"
+	ReasonPodsWaitToLeave  = "PodsWaitToLeave"
+	ReasonRosterNotWritten = "RosterNotWritten"
+)
+
+// Reasons of AgentsReady.
+const (
+	ReasonAgentsReady    = "AgentsReady"
+	ReasonAgentsStarting = "AgentsStarting"
+)
+
+// Reasons of the Paused condition (and of Ready while paused).
+const (
+	ReasonPaused           = "Paused"
+	ReasonPausing          = "Pausing"
+	ReasonPauseUnsupported = "PauseUnsupported"
+)
+
+// ReasonServersStartedToRestoreToken is the Event recorded when the servers
+// of a cluster with data are started so that they restore the token Secret.
+const ReasonServersStartedToRestoreToken = "ServersStartedToRestoreToken"

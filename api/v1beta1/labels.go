@@ -1,0 +1,41 @@
+package v1beta1
+
+// Labels every host object made for a Cluster carries; pods add the component.
+const (
+	// LabelManagedBy with ManagedByValue marks k3k's objects; the controller
+	// caches only objects that carry it.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy on k3k's objects.
+	ManagedByValue = "k3k"
+	// LabelCluster names the Cluster an object was made for.
+	LabelCluster = "k3k.io/cluster"
+	// LabelComponent tells a Cluster's server pods from its agent pods.
+	LabelComponent = "k3k.io/component"
+	// ComponentServer is the LabelComponent value of the server pods.
+	ComponentServer = "server"
+	// ComponentAgent is the LabelComponent value of the agent's pods.
+	ComponentAgent = "agent"
+)
+
+// AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
+// loss (`k3kcli cluster recover NAME` sets it; the value identifies the
+// request). The controller rebuilds the cluster from the most advanced
+// surviving member only while quorum is lost, reports it in the EtcdRecovery
+// condition and in Events, and records the request as handled when done or
+// refused (status.datastore.recoveryRequest), so a request never acts later
+// on its own.
+const AnnotationEtcdRecover = "k3k.io/etcd-recover"
+
+// AnnotationRestorePending on a new Cluster says that its data is being
+// restored from a snapshot (k3kcli cluster create --restore-from sets it
+// before the Cluster exists and removes it when done). Until then the
+// cluster is treated as one that holds data: no token is generated (the
+// snapshot's token is written into the Secret after its data), and the
+// servers start, their datastores empty and k3s waiting for the token, so
+// that the data can be loaded into the datastore before k3s first starts. It
+// changes nothing for a cluster whose token Secret holds a token.
+const AnnotationRestorePending = "k3k.io/restore-pending"
+
+// FinalizerEtcdMember holds an etcd server pod until its member has been
+// removed from the cluster, or may stay.
+const FinalizerEtcdMember = "k3k.io/etcd-member"

@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// Settings resolution: a Cluster's choices with the controller's defaults
+// applied, and what admission could not check. Pure, like desired.go.
+
+// Config is what the controller deploys and the defaults it applies to Clusters
+// that leave a choice empty. The Helm chart sets it through flags.
+type Config struct {
+	// ServerImage is the k3s image repository; the tag is spec.version or
+	// DefaultVersion.
+	ServerImage string
+	// DefaultVersion is the k3s tag used when spec.version is empty.
+	DefaultVersion string
+	// DatastoreImage runs the datastore sidecar and the kubeconfig publisher.
+	DatastoreImage string
+	// AgentImage runs the shared-mode agent; empty deploys no agent.
+	AgentImage string
+	// AgentClusterRole is the ClusterRole holding AgentRules (installed by the
+	// chart) that each cluster's agent is bound to in its namespace.
+	AgentClusterRole string
+	// AllowPrivilegedPods lets Clusters choose spec.podSecurityLevel
+	// privileged (the chart's sharedAgent.allowPrivilegedPods); without it
+	// such a Cluster's agent holds its pods to baseline.
+	AllowPrivilegedPods bool
+	// PullPolicy applies to every image the controller deploys.
+	PullPolicy corev1.PullPolicy
+	// PullSecrets are added to every pod the controller deploys.
+	PullSecrets []string
+	// DefaultPersistence applies when spec.persistence.type is empty.
+	DefaultPersistence v1beta1.PersistenceType
+	// DefaultStorageClass applies when spec.persistence.storageClassName is nil.
+	DefaultStorageClass string
+	// DefaultDatastore applies when spec.datastore.type is empty.
+	DefaultDatastore v1beta1.DatastoreType
+	// Isolation holds the defaults of spec.quota, spec.limits and
+	// spec.networkPolicy (isolation.go).
+	Isolation IsolationDefaults
+}
+
+// Settings are a Cluster's choices with the controller's defaults applied.
+type Settings struct {
+	Persistence  v1beta1.PersistenceType
+	Datastore    v1beta1.DatastoreType
+	StorageClass *string
+	StorageSize  resource.Quantity
+	ServerImage  string
+	Servers      int32
+	// ExternalSecret is which keys the external datastore Secret holds, as
+	// observed by reconcileExternalSecret (zero without a secretRef).
+	ExternalSecret ExternalSecretKeys
+}
+
+// InvalidSpecError is a spec that admission accepted but the controller cannot
+// realise with its defaults (for example servers: 3 with the default sqlite).
+type InvalidSpecError struct{ Message string }
+
+func (e *InvalidSpecError) Error() string { return e.Message }
+
+// Resolve applies cfg's defaults to c and checks what admission could not
+// check because it depends on those defaults.
+func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
+	s := Settings{
+		Persistence:  c.Spec.Persistence.Type,
+		Datastore:    c.Spec.Datastore.Type,
+		StorageClass: c.Spec.Persistence.StorageClassName,
+		Servers:      c.Spec.Servers,
+	}
+	// A type left unset is resolved once, when the Cluster is created, and
+	// recorded in its status; from then on the recorded type holds, so that a
+	// changed controller default never switches an existing cluster.
+	if s.Persistence == "" {
+		s.Persistence = c.Status.PersistenceType
+	}
+	if s.Persistence == "" {
+		s.Persistence = cfg.DefaultPersistence
+	}
+	if s.Persistence == "" {
+		s.Persistence = v1beta1.DynamicPersistence
+	}
+	if s.Datastore == "" && c.Status.Datastore != nil {
+		s.Datastore = c.Status.Datastore.Type
+	}
+	if s.Datastore == "" {
+		s.Datastore = cfg.DefaultDatastore
+	}
+	if s.Datastore == "" {
+		s.Datastore = v1beta1.SQLiteDatastore
+	}
+	if s.StorageClass == nil && cfg.DefaultStorageClass != "" {
+		s.StorageClass = ptr.To(cfg.DefaultStorageClass)
+	}
+	if s.Servers == 0 {
+		s.Servers = 1
+	}
+	size := c.Spec.Persistence.StorageRequestSize
+	if size == "" {
+		size = "2Gi"
+	}
+	q, err := resource.ParseQuantity(size)
+	if err != nil {
+		return s, &InvalidSpecError{Message: fmt.Sprintf("persistence.storageRequestSize %q is not a quantity", size)}
+	}
+	s.StorageSize = q
+	version := c.Spec.Version
+	if version == "" {
+		version = cfg.DefaultVersion
+	}
+	s.ServerImage = cfg.ServerImage + ":" + version
+	if s.Datastore == v1beta1.SQLiteDatastore && s.Servers != 1 {
+		return s, &InvalidSpecError{Message: fmt.Sprintf(
+			"servers: %d needs datastore.type etcd; the datastore in effect is sqlite, which runs exactly 1 server", s.Servers)}
+	}
+	if s.Datastore == v1beta1.EtcdDatastore && s.Servers%2 == 0 {
+		return s, &InvalidSpecError{Message: fmt.Sprintf(
+			"servers: %d; the datastore in effect is etcd, which needs an odd number of servers (1, 3, 5 or 7) to keep quorum", s.Servers)}
+	}
+	return s, nil
+}
