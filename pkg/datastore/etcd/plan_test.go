@@ -291,14 +291,41 @@ func TestPlanRecoveryPicksTheMostAdvancedSurvivorAndOnlyUnderQuorumLoss(t *testi
 	for i := range o.Statuses {
 		switch o.Statuses[i].MemberID {
 		case 2:
-			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 7, 900
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 900, 900
 		case 3:
-			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 8, 850
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 8, 850, 850
 		}
 	}
+	// --force-new-cluster keeps what the member knows to be committed (etcd
+	// keeps max(HardState.Commit, consistent index)), so the member with more
+	// committed entries keeps more acknowledged writes, whatever its term.
 	rec, ok, msg := PlanRecovery(o, "r")
-	if !ok || rec.Name != "m2" || rec.ID != "3" || rec.Request != "r" {
-		t.Fatalf("recovery %+v %v %s, want m2: the higher term wins over the longer log", rec, ok, msg)
+	if !ok || rec.Name != "m1" || rec.ID != "2" || rec.Request != "r" {
+		t.Fatalf("recovery %+v %v %s, want m1: committed index 900 beats 850 at a higher term", rec, ok, msg)
+	}
+	for i := range o.Statuses {
+		switch o.Statuses[i].MemberID {
+		case 2:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 900, 900
+		case 3:
+			// Applied ahead of the committed index Status reports: what it
+			// applied is committed, and force-new-cluster keeps it.
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 880, 910
+		}
+	}
+	if rec, ok, msg := PlanRecovery(o, "r"); !ok || rec.Name != "m2" {
+		t.Fatalf("recovery %+v %v %s, want m2: applied index 910 is committed and beats 900", rec, ok, msg)
+	}
+	for i := range o.Statuses {
+		switch o.Statuses[i].MemberID {
+		case 2:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 900, 900
+		case 3:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 8, 900, 900
+		}
+	}
+	if rec, ok, msg := PlanRecovery(o, "r"); !ok || rec.Name != "m2" {
+		t.Fatalf("recovery %+v %v %s, want m2: at the same committed index the higher term breaks the tie", rec, ok, msg)
 	}
 	if _, ok, msg := PlanRecovery(world{members: five, leader: 1}.observed(), "r"); ok || !strings.Contains(msg, "quorum") {
 		t.Fatalf("recovery of a healthy cluster: %v %s, want a refusal", ok, msg)
