@@ -147,12 +147,25 @@ func TestPlan(t *testing.T) {
 			world{members: three, leader: 1}, moved, ActionUpdatePeerURLs, ReasonPeerURLChanged, 2, "https://m1.elsewhere.svc:2380"},
 		{"a CORRUPT alarm stops every automatic change",
 			world{members: three, leader: 1, alarms: []Alarm{{MemberID: 2, Type: AlarmCorrupt}}}, want("m0", "m1"), ActionNone, ReasonAlarmCorrupt, 0, ""},
+		{"the CORRUPT alarm of a member that was removed (replaced) is disarmed: etcd keeps it, and nothing else would clear it",
+			world{members: three[:2], leader: 1, alarms: []Alarm{{MemberID: 3, Type: AlarmCorrupt}}}, lost, ActionDisarmAlarm, ReasonAlarmOfRemovedMember, 3, ""},
+		{"the NOSPACE alarm of a member that was removed is disarmed at once",
+			world{members: three[:2], leader: 1, alarms: []Alarm{{MemberID: 3, Type: AlarmNoSpace}}}, want("m0", "m1"), ActionDisarmAlarm, ReasonAlarmOfRemovedMember, 3, ""},
+		{"a cluster-wide CORRUPT alarm (member ID 0) is left to the operator and blocks every change",
+			world{members: three[:2], leader: 1, alarms: []Alarm{{MemberID: 0, Type: AlarmCorrupt}}}, lost, ActionNone, ReasonAlarmCorrupt, 0, ""},
+		{"the CORRUPT alarm of a current member stays and blocks adding a member",
+			world{members: three, leader: 1, alarms: []Alarm{{MemberID: 2, Type: AlarmCorrupt}}}, want("m0", "m1", "m2", "m3"), ActionNone, ReasonAlarmCorrupt, 0, ""},
+		{"a removed member's alarm is not disarmed while quorum is lost",
+			world{members: three[:2], noQuorum: true, down: map[uint64]bool{2: true}, alarms: []Alarm{{MemberID: 3, Type: AlarmCorrupt}}}, want("m0", "m1"), ActionNone, ReasonQuorumLost, 0, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a := Plan(c.w.observed(), c.d)
 			if a.Type != c.typ || a.Reason != c.reason || (c.id != 0 && a.MemberID != c.id) || a.PeerURL != c.peerURL {
 				t.Fatalf("got %+v, want %s/%s member %d peer %q", a, c.typ, c.reason, c.id, c.peerURL)
+			}
+			if a.Type == ActionDisarmAlarm && a.Alarm.MemberID != c.id {
+				t.Fatalf("disarms %+v, want the alarm of member %d", a.Alarm, c.id)
 			}
 			if a.Type != ActionNone && a.Endpoint == "" {
 				t.Fatalf("action %+v has no endpoint", a)
