@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
@@ -232,4 +234,203 @@ func waitReadyz(t *testing.T, p *proc, want int) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// The sidecar's side of a recovery from quorum loss (docs/etcd.md): a roster
+// that names this member for a recovery never forces a new cluster on its
+// own — not on a fresh start, not while the member has quorum — and once the
+// running member sees the request and no quorum it restarts with
+// --force-new-cluster, alone with all its data, and records the request so a
+// later start does not rebuild again.
+func TestTheSidecarRebuildsOnlyWhenItsRunningMemberHasNoQuorum(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for path, b := range map[string][]byte{caFile: ca.CertPEM, certFile: kp.CertPEM, keyFile: kp.KeyPEM} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := func(addr string) string {
+		_, port, _ := net.SplitHostPort(addr)
+		return "https://localhost:" + port
+	}
+	aPeer, aClient, bPeer, bClient := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	a := etcd.Peer{Name: "a", PeerURL: url(aPeer), ClientURL: url(aClient)}
+	b := etcd.Peer{Name: "b", PeerURL: url(bPeer), ClientURL: url(bClient)}
+	ma, err := member.Start(context.Background(), member.Config{
+		Name: "a", DataDir: filepath.Join(dir, "a"), PeerURL: a.PeerURL, ClientURL: a.ClientURL,
+		ListenPeerAddress: aPeer, ListenClientAddress: aClient, CAFile: caFile, CertFile: certFile, KeyFile: keyFile,
+		Roster: etcd.InitialRoster("k3k-test", a), Logger: zap.NewNop(), UnsafeNoFsync: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aRunning := true
+	stopA := func() {
+		if !aRunning {
+			return
+		}
+		aRunning = false
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = ma.Close(ctx)
+	}
+	t.Cleanup(stopA)
+	<-ma.ReadyNotify()
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM)
+	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	cl := etcd.NewClient(etcd.ClientConfig{TLS: tlsCfg})
+	defer cl.Close()
+	ctx := context.Background()
+	rosterFile := filepath.Join(dir, "members.json")
+	if err := cl.AddLearner(ctx, a.ClientURL, b.PeerURL); err != nil {
+		t.Fatal(err)
+	}
+	list, err := cl.MemberList(ctx, a.ClientURL, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roster := etcd.Roster{State: etcd.ClusterStateExisting, Token: "k3k-test"}
+	var bID uint64
+	for _, m := range list {
+		name := m.Name
+		if m.PeerURLs[0] == b.PeerURL {
+			name, bID = "b", m.ID
+		}
+		roster.Members = append(roster.Members, etcd.RosterMember{Name: name, PeerURL: m.PeerURLs[0], ID: etcd.FormatID(m.ID), Started: m.Name != ""})
+	}
+	writeRoster(t, rosterFile, roster)
+
+	bData := filepath.Join(dir, "b", "data")
+	health := freeAddr(t)
+	metrics := freeAddr(t)
+	// startB starts b's sidecar as a fresh process, as the kubelet restarts
+	// the container.
+	startB := func() *proc {
+		t.Helper()
+		cmd := exec.Command(binary, "etcd", "--name=b", "--data-dir="+bData, "--peer-url="+b.PeerURL, "--client-url="+b.ClientURL,
+			"--listen-peer-address="+bPeer, "--listen-client-address="+bClient, "--members-file="+rosterFile,
+			"--ca-file="+caFile, "--cert-file="+certFile, "--key-file="+keyFile,
+			"--health-address="+health, "--metrics-address="+metrics, "--termination-message-path=")
+		p := &proc{cmd: cmd, done: make(chan struct{}), healthURL: "http://" + health}
+		cmd.Stdout, cmd.Stderr = lockedWriter{p}, lockedWriter{p}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = cmd.Wait(); close(p.done) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-p.done
+			if t.Failed() {
+				t.Logf("datastore etcd output:\n%s", p.output())
+			}
+		})
+		return p
+	}
+	kill := func(p *proc) {
+		t.Helper()
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p := startB()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if err := cl.Promote(ctx, a.ClientURL, bID); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("promoting b: %v", err)
+		}
+	}
+	waitReadyz(t, p, http.StatusOK)
+	kv, err := clientv3.New(clientv3.Config{Endpoints: []string{a.ClientURL, b.ClientURL}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	for i := range 20 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := kv.Put(wctx, "/k3k/rebuild/"+strconv.Itoa(i), "v")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The roster names b for a recovery while the cluster has quorum, and b's
+	// container restarts: a fresh start with the request in its roster starts
+	// the member normally, and the running member keeps the cluster as it is.
+	roster.Recover = &etcd.Recovery{Name: "b", ID: etcd.FormatID(bID), Request: "req-1"}
+	for i := range roster.Members {
+		roster.Members[i].Started = true
+	}
+	writeRoster(t, rosterFile, roster)
+	kill(p)
+	p = startB()
+	waitReadyz(t, p, http.StatusOK)
+	time.Sleep(3 * rosterPollInterval)
+	if list, err := cl.MemberList(ctx, b.ClientURL, true); err != nil || len(list) != 2 {
+		t.Fatalf("members seen by b with quorum and a recovery request: %+v %v, want both", list, err)
+	}
+	if member.RecoveryDone(bData, "req-1") || strings.Contains(p.output(), "restarting to rebuild") {
+		t.Fatal("b rebuilt the cluster while it had quorum")
+	}
+
+	// a is gone for good: b has no quorum; it sees the request and rebuilds.
+	stopA()
+	for deadline := time.Now().Add(60 * time.Second); !member.RecoveryDone(bData, "req-1"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("b did not rebuild the cluster after losing quorum")
+		}
+	}
+	waitReadyz(t, p, http.StatusOK)
+	if !strings.Contains(p.output(), "restarting to rebuild the cluster from this member's data") {
+		t.Error("the sidecar did not log the rebuild")
+	}
+	check := func() {
+		t.Helper()
+		list, err := cl.MemberList(ctx, b.ClientURL, true)
+		if err != nil || len(list) != 1 || list[0].ID != bID {
+			t.Fatalf("members after the rebuild: %+v %v, want b alone as %x", list, err, bID)
+		}
+		bkv, err := clientv3.New(clientv3.Config{Endpoints: []string{b.ClientURL}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bkv.Close()
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		r, err := bkv.Get(gctx, "/k3k/rebuild/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || r.Count != 20 {
+			t.Fatalf("b holds %v keys (%v), want every one of the 20 written", r, err)
+		}
+		if _, err := bkv.Put(gctx, "/k3k/after-rebuild", "v"); err != nil {
+			t.Fatalf("a write to the rebuilt cluster: %v", err)
+		}
+	}
+	check()
+
+	// The roster still names b (the kubelet's copy lags): a restart starts
+	// from the rebuilt data and does not rebuild again.
+	kill(p)
+	p = startB()
+	waitReadyz(t, p, http.StatusOK)
+	time.Sleep(2 * rosterPollInterval)
+	if strings.Contains(p.output(), "restarting to rebuild") {
+		t.Fatal("a restart after the recovery rebuilt again")
+	}
+	check()
 }

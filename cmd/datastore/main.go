@@ -3,8 +3,9 @@
 // etcd member for HA clusters, `datastore publish-kubeconfig` copies the
 // kubeconfig k3s writes into the cluster's Secret, `datastore check-external`
 // checks an external datastore before k3s starts on it, and `datastore
-// snapshot` writes a consistent snapshot of the running datastore to stdout, and
-// `datastore restore` loads one into the empty datastore of a new cluster.
+// snapshot` writes a consistent snapshot of the running datastore to stdout,
+// `datastore restore` loads one into the empty datastore of a new cluster, and
+// `datastore etcd-alarm` lists and disarms an HA cluster's etcd alarms.
 package main
 
 import (
@@ -43,6 +44,7 @@ func newRootCommand() *cobra.Command {
 		newCheckExternalCommand(),
 		newSnapshotCommand(),
 		newRestoreCommand(),
+		newEtcdAlarmCommand(),
 	)
 	return root
 }

@@ -35,12 +35,19 @@ func main() {
 		return
 	}
 	if len(os.Args) == 4 && os.Args[1] == "serve-etcd" {
-		exitOn(serveEtcd(os.Args[2], os.Args[3]))
+		exitOn(serveEtcd(os.Args[2], os.Args[3], 0))
+		return
+	}
+	if len(os.Args) == 5 && os.Args[1] == "serve-etcd-checks" {
+		every, err := time.ParseDuration(os.Args[4])
+		exitOn(err)
+		exitOn(serveEtcd(os.Args[2], os.Args[3], every))
 		return
 	}
 	bin := flag.String("datastore-bin", "", "path of the datastore binary (built with CGO_ENABLED=0)")
 	dir := flag.String("dir", "/var/tmp", "directory on the disk to measure; every datastore gets a subdirectory")
-	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-base, kine, etcd")
+	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-base, kine, etcd, etcd-checks (etcd with the corruption checks our members run)")
+	checkEvery := flag.Duration("corrupt-check-interval", 5*time.Second, "the periodic corruption check's interval for etcd-checks (members run it every 5m; shorter, so that hash passes happen during the run)")
 	baseBin := flag.String("base-datastore-bin", "", "another build of the datastore binary, run as the sqlite-base column (e.g. the last release), so that a change is compared side by side in one run")
 	scale := flag.Float64("scale", 1, "multiplies the number of operations")
 	apiserver := flag.Bool("apiserver", true, "also measure through kube-apiserver")
@@ -59,7 +66,7 @@ func main() {
 	exitOn(err)
 	defer os.RemoveAll(base)
 
-	b := &bench{scale: *scale, baseBin: *baseBin}
+	b := &bench{scale: *scale, baseBin: *baseBin, checkEvery: *checkEvery}
 	names := strings.Split(*kinds, ",")
 	var results []round
 	for r := range *rounds {
@@ -92,9 +99,10 @@ func exitOn(err error) {
 }
 
 type bench struct {
-	scale   float64
-	baseBin string
-	pid     int // the datastore being measured
+	scale      float64
+	baseBin    string
+	checkEvery time.Duration
+	pid        int // the datastore being measured
 }
 
 // round is one measurement of every datastore: results by datastore, then by
@@ -128,6 +136,8 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 		cmd = exec.Command(self, "serve-kine", dir, addr)
 	case "etcd":
 		cmd = exec.Command(self, "serve-etcd", dir, addr)
+	case "etcd-checks":
+		cmd = exec.Command(self, "serve-etcd-checks", dir, addr, b.checkEvery.String())
 	default:
 		return nil, fmt.Errorf("unknown datastore %q", name)
 	}
@@ -150,16 +160,8 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 	}
 	defer c.Close()
 	ctx := context.Background()
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := c.Get(cctx, "/ready")
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Since(start) > time.Minute {
-			return nil, fmt.Errorf("%s not ready: %v", name, err)
-		}
+	if err := waitServing(ctx, c); err != nil {
+		return nil, fmt.Errorf("%s not ready: %w", name, err)
 	}
 	fmt.Fprintf(os.Stderr, "== %s on %s\n", name, ep)
 	res := map[string]float64{}
@@ -186,6 +188,11 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 		}
 	}
 	res["rss peak MiB"] = rssMiB(cmd.Process.Pid)
+	count, err := c.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, fmt.Errorf("%s: counting keys: %w", name, err)
+	}
+	res["keys at stop"] = float64(count.Count)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 	size, err := dirSize(dir)
@@ -193,7 +200,37 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 		return nil, err
 	}
 	res["db size MiB (after stop)"] = float64(size) / (1 << 20)
+	// Start-up with the run's data (etcd's initial corruption check hashes
+	// all of it): from the start of the process to the first answered read.
+	again := exec.Command(cmd.Args[0], cmd.Args[1:]...)
+	again.Stdout, again.Stderr = logf, logf
+	again.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := again.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { _ = again.Process.Signal(syscall.SIGTERM); _ = again.Wait() }()
+	if err := waitServing(ctx, c); err != nil {
+		return nil, fmt.Errorf("%s not ready after a restart: %w", name, err)
+	}
+	res["start-up ms, keys at stop"] = float64(time.Since(start).Microseconds()) / 1000
 	return res, nil
+}
+
+// waitServing waits until the datastore at c answers a read, for at most a
+// minute.
+func waitServing(ctx context.Context, c *clientv3.Client) error {
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Get(cctx, "/ready")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Since(start) > time.Minute {
+			return err
+		}
+	}
 }
 
 func freeAddr() (string, error) {
@@ -326,7 +363,7 @@ func printTable(w io.Writer, names []string, rounds []round) {
 			for _, rd := range rounds {
 				vals = append(vals, rd.res[n][m])
 			}
-			row += " " + format(median(vals)) + " |"
+			row += " " + formatRange(vals) + " |"
 		}
 		if hasEtcd {
 			for _, n := range names {
@@ -346,7 +383,7 @@ func printTable(w io.Writer, names []string, rounds []round) {
 	for _, rd := range rounds {
 		rates = append(rates, rd.fsyncRate)
 	}
-	fmt.Fprintf(w, "\n%d round(s); values are medians over the rounds, ratios the median of each round's ratio (range in brackets).\n", len(rounds))
+	fmt.Fprintf(w, "\n%d round(s); values are medians over the rounds, ratios the median of each round's ratio (min–max in brackets).\n", len(rounds))
 	fmt.Fprintf(w, "serial fsync rate of the disk (4 KiB write + fdatasync): %.0f/s\n", median(rates))
 	fmt.Fprintln(w, "ops/s: higher is better; ms and MiB: lower is better.")
 }
@@ -361,6 +398,16 @@ func median(vals []float64) float64 {
 		return vals[len(vals)/2]
 	}
 	return (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
+}
+
+// formatRange gives the median of vals, and with more than one round the
+// range (min–max) in brackets; vals is sorted in place.
+func formatRange(vals []float64) string {
+	m := median(vals) // sorts
+	if len(vals) == 1 || math.IsNaN(m) {
+		return format(m)
+	}
+	return fmt.Sprintf("%s (%s–%s)", format(m), format(vals[0]), format(vals[len(vals)-1]))
 }
 
 // formatRatio gives the median ratio, and with more than one round the range.

@@ -18,10 +18,10 @@ func TestTheTableGivesMediansAndTheMedianOfEachRoundsRatio(t *testing.T) {
 	}
 	var out bytes.Buffer
 	printTable(&out, []string{"sqlite", "etcd"}, rounds)
-	// Medians: sqlite 80, etcd 100. The ratios per round are 0.8, 0.25, 0.9:
+	// Medians: sqlite 80 (50–90), etcd 100 (100–200). The ratios per round are 0.8, 0.25, 0.9:
 	// their median is 0.80, where the ratio of the medians would also be
 	// 0.80, but the range shows the round that disagreed.
-	want := "| " + m + " | 80.00 | 100 | 0.80 (0.25–0.90) |"
+	want := "| " + m + " | 80.00 (50.00–90.00) | 100 (100–200) | 0.80 (0.25–0.90) |"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("table lacks the row %q:\n%s", want, out.String())
 	}

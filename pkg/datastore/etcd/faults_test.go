@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,8 +10,11 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
@@ -450,4 +454,78 @@ func TestAMemberCutOffFromItsPeersIsUnhealthyAndBlocksNothing(t *testing.T) {
 	}
 	c.write()
 	c.stop("m2")
+}
+
+// Defect 8: the documented CORRUPT procedure must end. etcd keeps the alarm of
+// a member after its removal, so once the corrupt member is replaced (removed,
+// then added again as a learner) its alarm would block the add for ever. The
+// alarm is raised here as etcd's corruption check raises it, through the
+// Maintenance Alarm ACTIVATE call, for m2.
+func TestACorruptMemberIsReplacedByTheDocumentedStepsAndItsAlarmCleared(t *testing.T) {
+	c, d := threeMembers(t)
+	oldID := memberIDs(c.waitHealthy(d))["m2"]
+	cl := c.voterClient()
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := clientv3.RetryMaintenanceClient(cl, cl.ActiveConnection()).Alarm(ctx, &etcdserverpb.AlarmRequest{
+		Action: etcdserverpb.AlarmRequest_ACTIVATE, MemberID: oldID, Alarm: etcdserverpb.AlarmType_CORRUPT,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o := etcd.Observe(c.ctx, c.client, c.endpoints(d))
+	if a := etcd.Plan(o, d); a.Type != etcd.ActionNone || a.Reason != etcd.ReasonAlarmCorrupt {
+		t.Fatalf("with CORRUPT raised: %+v, want nothing done (AlarmCorrupt)", a)
+	}
+	// What an operator sees meanwhile (docs/etcd.md): writes fail, reads work.
+	if _, err := cl.Put(ctx, "/k3k/test/while-corrupt", "x"); !errors.Is(err, rpctypes.ErrCorrupt) {
+		t.Fatalf("a write with CORRUPT raised: %v, want %v", err, rpctypes.ErrCorrupt)
+	}
+	if _, err := cl.Get(ctx, c.keys[0]); err != nil {
+		t.Fatalf("a linearizable read with CORRUPT raised: %v", err)
+	}
+
+	// The documented steps: delete the member's pod and its volume; the pod
+	// comes back empty and reports the loss; the controller replaces it.
+	c.stop("m2")
+	if err := os.RemoveAll(c.dataDir("m2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.start("m2"); !errors.Is(err, member.ErrDataLost) {
+		t.Fatalf("starting with the data deleted: %v, want ErrDataLost", err)
+	}
+	d.Members[2].LostMemberID = oldID
+	step := func(typ etcd.ActionType, reason string, id uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			a := etcd.Plan(etcd.Observe(c.ctx, c.client, c.endpoints(d)), d)
+			if a.Type == etcd.ActionNone && time.Now().Before(deadline) && a.Reason != etcd.ReasonAlarmCorrupt {
+				continue
+			}
+			if a.Type != typ || a.Reason != reason || a.MemberID != id {
+				t.Fatalf("next step %+v, want %s/%s of member %x", a, typ, reason, id)
+			}
+			if err := etcd.Execute(c.ctx, c.client, a); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	step(etcd.ActionRemoveMember, etcd.ReasonReplaceLostMember, oldID)
+	step(etcd.ActionDisarmAlarm, etcd.ReasonAlarmOfRemovedMember, oldID)
+	if _, err := c.voterClient().Put(ctx, "/k3k/test/after-disarm", "x"); err != nil {
+		t.Fatalf("a write after the disarm: %v", err)
+	}
+	actions := c.converge(d)
+	if n := countChanges(actions); n[etcd.ActionAddLearner] != 1 || n[etcd.ActionPromoteLearner] != 1 || n[etcd.ActionRemoveMember] != 0 {
+		t.Fatalf("changes %v, want m2 added and promoted once", n)
+	}
+	o = c.waitHealthy(d)
+	if len(o.Members) != 3 || len(o.Alarms) != 0 || o.AlarmsUnknown != "" {
+		t.Fatalf("after the replacement: members %+v, alarms %+v %q; want three members and no alarm", o.Members, o.Alarms, o.AlarmsUnknown)
+	}
+	if newID := memberIDs(o)["m2"]; newID == oldID || newID == 0 {
+		t.Fatalf("m2 has id %x, old id %x", newID, oldID)
+	}
+	c.write()
+	c.checkData("m2")
 }

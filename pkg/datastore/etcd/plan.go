@@ -34,6 +34,7 @@ const (
 	ReasonPeerURLChanged       = "PeerURLChanged"
 	ReasonAlarmCorrupt         = "AlarmCorrupt"
 	ReasonAlarmNoSpace         = "AlarmNoSpace"
+	ReasonAlarmOfRemovedMember = "AlarmOfRemovedMember"
 	ReasonNoSpaceNeedsOperator = "NoSpaceNeedsOperator"
 	ReasonLearnerCaughtUp      = "LearnerCaughtUp"
 	ReasonWaitingForLearner    = "WaitingForLearner"
@@ -102,7 +103,8 @@ const disarmBelowPercent = 80
 // Plan decides the single next step towards d from o. It is pure. In order:
 // nothing when no member answers, when quorum is lost (no member can confirm
 // the member list) or members disagree about membership; replace a member that
-// lost its data; fix a peer URL; handle alarms; promote a caught-up
+// lost its data; fix a peer URL; disarm the alarm of a member that is gone;
+// handle alarms; promote a caught-up
 // learner; remove a member nobody wants (dead ones first, the leader last, after
 // moving leadership away); add the next missing member as a learner.
 func Plan(o Observed, d Desired) Action {
@@ -148,6 +150,18 @@ func plan(o Observed, d Desired) Action {
 		if ok && m.Started() && !slices.Equal(m.PeerURLs, []string{p.PeerURL}) && voter != "" {
 			return Action{Type: ActionUpdatePeerURLs, Reason: ReasonPeerURLChanged, Endpoint: voter, MemberID: m.ID, PeerURL: p.PeerURL,
 				Message: fmt.Sprintf("member %s advertises %v, want %s", p.Name, m.PeerURLs, p.PeerURL)}
+		}
+	}
+	// etcd keeps an alarm after its member is removed, and no member can clear
+	// it by getting better: the CORRUPT alarm of a replaced member would block
+	// adding it again for ever. Such an alarm is about data that is gone with
+	// the member, so it is disarmed. A cluster-wide alarm (member ID 0: etcd
+	// could not tell whose data is corrupt) and alarms of current members are
+	// left to the steps below.
+	for _, al := range o.Alarms {
+		if _, listed := o.Member(al.MemberID); al.MemberID != 0 && !listed && voter != "" {
+			return Action{Type: ActionDisarmAlarm, Reason: ReasonAlarmOfRemovedMember, Endpoint: voter, MemberID: al.MemberID, Alarm: al,
+				Message: fmt.Sprintf("disarming %s of member %s, which is no longer a member", al.Type, FormatID(al.MemberID))}
 		}
 	}
 	if o.hasAlarm(AlarmCorrupt) {

@@ -147,12 +147,25 @@ func TestPlan(t *testing.T) {
 			world{members: three, leader: 1}, moved, ActionUpdatePeerURLs, ReasonPeerURLChanged, 2, "https://m1.elsewhere.svc:2380"},
 		{"a CORRUPT alarm stops every automatic change",
 			world{members: three, leader: 1, alarms: []Alarm{{MemberID: 2, Type: AlarmCorrupt}}}, want("m0", "m1"), ActionNone, ReasonAlarmCorrupt, 0, ""},
+		{"the CORRUPT alarm of a member that was removed (replaced) is disarmed: etcd keeps it, and nothing else would clear it",
+			world{members: three[:2], leader: 1, alarms: []Alarm{{MemberID: 3, Type: AlarmCorrupt}}}, lost, ActionDisarmAlarm, ReasonAlarmOfRemovedMember, 3, ""},
+		{"the NOSPACE alarm of a member that was removed is disarmed at once",
+			world{members: three[:2], leader: 1, alarms: []Alarm{{MemberID: 3, Type: AlarmNoSpace}}}, want("m0", "m1"), ActionDisarmAlarm, ReasonAlarmOfRemovedMember, 3, ""},
+		{"a cluster-wide CORRUPT alarm (member ID 0) is left to the operator and blocks every change",
+			world{members: three[:2], leader: 1, alarms: []Alarm{{MemberID: 0, Type: AlarmCorrupt}}}, lost, ActionNone, ReasonAlarmCorrupt, 0, ""},
+		{"the CORRUPT alarm of a current member stays and blocks adding a member",
+			world{members: three, leader: 1, alarms: []Alarm{{MemberID: 2, Type: AlarmCorrupt}}}, want("m0", "m1", "m2", "m3"), ActionNone, ReasonAlarmCorrupt, 0, ""},
+		{"a removed member's alarm is not disarmed while quorum is lost",
+			world{members: three[:2], noQuorum: true, down: map[uint64]bool{2: true}, alarms: []Alarm{{MemberID: 3, Type: AlarmCorrupt}}}, want("m0", "m1"), ActionNone, ReasonQuorumLost, 0, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a := Plan(c.w.observed(), c.d)
 			if a.Type != c.typ || a.Reason != c.reason || (c.id != 0 && a.MemberID != c.id) || a.PeerURL != c.peerURL {
 				t.Fatalf("got %+v, want %s/%s member %d peer %q", a, c.typ, c.reason, c.id, c.peerURL)
+			}
+			if a.Type == ActionDisarmAlarm && a.Alarm.MemberID != c.id {
+				t.Fatalf("disarms %+v, want the alarm of member %d", a.Alarm, c.id)
 			}
 			if a.Type != ActionNone && a.Endpoint == "" {
 				t.Fatalf("action %+v has no endpoint", a)
@@ -291,14 +304,41 @@ func TestPlanRecoveryPicksTheMostAdvancedSurvivorAndOnlyUnderQuorumLoss(t *testi
 	for i := range o.Statuses {
 		switch o.Statuses[i].MemberID {
 		case 2:
-			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 7, 900
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 900, 900
 		case 3:
-			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex = 8, 850
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 8, 850, 850
 		}
 	}
+	// --force-new-cluster keeps what the member knows to be committed (etcd
+	// keeps max(HardState.Commit, consistent index)), so the member with more
+	// committed entries keeps more acknowledged writes, whatever its term.
 	rec, ok, msg := PlanRecovery(o, "r")
-	if !ok || rec.Name != "m2" || rec.ID != "3" || rec.Request != "r" {
-		t.Fatalf("recovery %+v %v %s, want m2: the higher term wins over the longer log", rec, ok, msg)
+	if !ok || rec.Name != "m1" || rec.ID != "2" || rec.Request != "r" {
+		t.Fatalf("recovery %+v %v %s, want m1: committed index 900 beats 850 at a higher term", rec, ok, msg)
+	}
+	for i := range o.Statuses {
+		switch o.Statuses[i].MemberID {
+		case 2:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 900, 900
+		case 3:
+			// Applied ahead of the committed index Status reports: what it
+			// applied is committed, and force-new-cluster keeps it.
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 880, 910
+		}
+	}
+	if rec, ok, msg := PlanRecovery(o, "r"); !ok || rec.Name != "m2" {
+		t.Fatalf("recovery %+v %v %s, want m2: applied index 910 is committed and beats 900", rec, ok, msg)
+	}
+	for i := range o.Statuses {
+		switch o.Statuses[i].MemberID {
+		case 2:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 7, 900, 900
+		case 3:
+			o.Statuses[i].RaftTerm, o.Statuses[i].RaftIndex, o.Statuses[i].RaftAppliedIndex = 8, 900, 900
+		}
+	}
+	if rec, ok, msg := PlanRecovery(o, "r"); !ok || rec.Name != "m2" {
+		t.Fatalf("recovery %+v %v %s, want m2: at the same committed index the higher term breaks the tie", rec, ok, msg)
 	}
 	if _, ok, msg := PlanRecovery(world{members: five, leader: 1}.observed(), "r"); ok || !strings.Contains(msg, "quorum") {
 		t.Fatalf("recovery of a healthy cluster: %v %s, want a refusal", ok, msg)

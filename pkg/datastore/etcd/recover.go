@@ -12,15 +12,16 @@ const (
 )
 
 // PlanRecovery chooses the member that rebuilds a cluster which lost quorum:
-// the surviving voter that is furthest along by what etcd's Status reports —
-// the highest current term, then the highest committed index, then the highest
-// applied index. That approximates raft's rule (last log term, then last log
-// index) from outside: Status does not report a member's last log entry, so a
-// survivor that appended an entry whose commit it had not learned yet can lose
-// to one that lacks it, and that entry is then lost with the rest of the
-// uncommitted tail. Every entry a survivor knows to be committed is kept. A
-// write acknowledged by the lost quorum was on a majority, and a survivor holds
-// it only if that majority included it. It refuses (false,
+// the surviving voter that knows the most entries to be committed. etcd's
+// --force-new-cluster keeps a member's log only up to max(its committed index,
+// its consistent index) and drops the rest, so the survivor with the highest
+// committed index keeps the most acknowledged writes, whatever its term. Status
+// reports the committed index (RaftIndex) and the applied index
+// (RaftAppliedIndex, never ahead of what was committed); the larger of the two
+// is the rank, the current term breaks a tie. A write acknowledged by the lost
+// quorum was on a majority, and a survivor holds it only if that majority
+// included it; an entry a survivor appended without learning of its commit is
+// dropped by force-new-cluster whichever member is chosen. It refuses (false,
 // with why) unless quorum is lost now: while members confirm a quorum there is
 // nothing to recover, and while no member answers there is nothing to recover
 // from. It never runs on its own: an operator asks for it (docs/etcd.md).
@@ -38,8 +39,7 @@ func PlanRecovery(o Observed, request string) (Recovery, bool, string) {
 		if !s.Reachable || s.IsLearner || !listed || !m.Started() {
 			continue
 		}
-		if best == nil || s.RaftTerm > best.RaftTerm || (s.RaftTerm == best.RaftTerm && s.RaftIndex > best.RaftIndex) ||
-			(s.RaftTerm == best.RaftTerm && s.RaftIndex == best.RaftIndex && s.RaftAppliedIndex > best.RaftAppliedIndex) {
+		if best == nil || committed(*s) > committed(*best) || (committed(*s) == committed(*best) && s.RaftTerm > best.RaftTerm) {
 			best = s
 		}
 	}
@@ -48,6 +48,10 @@ func PlanRecovery(o Observed, request string) (Recovery, bool, string) {
 	}
 	m, _ := o.Member(best.MemberID)
 	return Recovery{Name: m.Name, ID: FormatID(m.ID), Request: request}, true,
-		fmt.Sprintf("rebuilding the cluster from member %s (raft term %d, index %d), the most advanced survivor; the other members are added again as new members",
-			describe(m), best.RaftTerm, best.RaftIndex)
+		fmt.Sprintf("rebuilding the cluster from member %s (committed index %d, raft term %d), the survivor with the most committed entries; the other members are added again as new members",
+			describe(m), committed(*best), best.RaftTerm)
 }
+
+// committed is the highest index the member knows to be committed: what
+// --force-new-cluster keeps of its log.
+func committed(s MemberStatus) uint64 { return max(s.RaftIndex, s.RaftAppliedIndex) }
