@@ -247,9 +247,16 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	}
 	o.etcd.action = etcd.Plan(observed, desired)
 	if err := etcd.Execute(ctx, cl, o.etcd.action); err != nil {
-		// etcd said "not yet" or could not be reached for the step:
-		// EtcdMembership says StepNotDone, and the error retries it.
+		// EtcdMembership says StepNotDone either way. etcd saying "not yet"
+		// (a learner still catching up, a member not healthy long enough) is
+		// part of every scale-up, a wait like Plan's own WaitingForLearner:
+		// look again soon and let the later steps run. Anything else is a
+		// failed step: the error reaches Ready and retries with back-off.
 		o.etcd.actionErr = err
+		if errors.Is(err, etcd.ErrLearnerNotReady) || errors.Is(err, etcd.ErrUnhealthy) {
+			log.FromContext(ctx).Info("etcd membership step not done yet", "action", o.etcd.action.Type, "error", err.Error())
+			return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil
+		}
 		return ctrl.Result{}, fmt.Errorf("etcd membership step %s: %w", o.etcd.action.Type, err)
 	}
 	if o.etcd.action.Type != etcd.ActionNone {
