@@ -33,7 +33,8 @@ import (
 // k3k version. A token Secret deleted by hand, or volumes kept by whenDeleted:
 // Retain set with kubectl before this change, would still wait forever for a
 // server that is never started. Restoring from the server's own copy works for
-// all of them, and it is the authority DESIGN.md names for the token.
+// all of them: the server's own copy on its volume is the authority for the
+// token (docs/architecture.md, the token Secret's row).
 //
 // A retained volume on which k3s never wrote its token (its server never got
 // that far) cannot be restored from: k3s keeps waiting, and the condition says
