@@ -22,10 +22,12 @@ import (
 	"github.com/k3k-io/k3k/pkg/pki"
 )
 
-// testMember is a real etcd member on loopback whose certificate names it
-// member-0.example.svc only.
+// testMember is a real etcd member on loopback whose certificate names DNS
+// names only, member-0.example.svc first (which resolves nowhere) and
+// localhost, as a member certificate in a pod names no address.
 type testMember struct {
 	name       string // https URL by DNS name
+	id         uint64
 	clientAddr string
 	tlsFlags   []string
 	client     *clientv3.Client
@@ -38,7 +40,7 @@ func startTestMember(t *testing.T) *testMember {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost", "member-0.example.svc"), time.Now())
+	kp, err := pki.Issue(ca, pki.MemberSpec("member", "member-0.example.svc", "localhost"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func startTestMember(t *testing.T) *testMember {
 	}
 	t.Cleanup(func() { c.Close() })
 	return &testMember{
-		name: "https://member-0.example.svc:" + clientPort, clientAddr: clientAddr, client: c,
+		name: "https://member-0.example.svc:" + clientPort, id: m.ID(), clientAddr: clientAddr, client: c,
 		tlsFlags: []string{"--ca-file", filepath.Join(dir, "ca.crt"), "--cert-file", filepath.Join(dir, "tls.crt"), "--key-file", filepath.Join(dir, "tls.key")},
 	}
 }
