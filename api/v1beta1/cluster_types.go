@@ -95,6 +95,7 @@ type Cluster struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.clusterCIDR) ? self.clusterCIDR : '-') == (has(oldSelf.clusterCIDR) ? oldSelf.clusterCIDR : '-')",message="clusterCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '-') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '-')",message="serviceCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterDNS) || !has(self.serviceCIDR) || !isIP(self.clusterDNS) || !isCIDR(self.serviceCIDR) || cidr(self.serviceCIDR).containsIP(self.clusterDNS)",message="clusterDNS must be an address inside serviceCIDR"
+// +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.etcd) || !has(self.datastore.etcd.quotaBackendSize) || !isQuantity(self.datastore.etcd.quotaBackendSize) || (has(self.persistence) && has(self.persistence.type) && self.persistence.type == 'ephemeral') || quantity(self.datastore.etcd.quotaBackendSize).compareTo(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')) <= 0",message="datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize (unset means 2Gi): the database must fit on the server volume"
 // +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')).compareTo(has(oldSelf.persistence) && has(oldSelf.persistence.storageRequestSize) && isQuantity(oldSelf.persistence.storageRequestSize) ? quantity(oldSelf.persistence.storageRequestSize) : quantity('2Gi')) >= 0",message="persistence.storageRequestSize may only grow (unset means 2Gi)"
 type ClusterSpec struct {
 	// Mode is how workloads run: shared (the virtual cluster's pods run as host
@@ -416,6 +417,7 @@ type PersistenceConfig struct {
 // DatastoreConfig says what stores the cluster state.
 // +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type != 'external' || (has(self.external) && size(self.external.endpoint) > 0)",message="datastore.external.endpoint is required when datastore.type is external"
 // +kubebuilder:validation:XValidation:rule="!has(self.external) || (has(self.type) && self.type == 'external')",message="datastore.external may only be set when datastore.type is external"
+// +kubebuilder:validation:XValidation:rule="!has(self.etcd) || !has(self.type) || self.type == 'etcd'",message="datastore.etcd may only be set when datastore.type is etcd (or empty, with etcd as the controller's default)"
 type DatastoreConfig struct {
 	// Type is sqlite, etcd or external. Empty means the controller's default.
 	// Immutable.
@@ -425,6 +427,24 @@ type DatastoreConfig struct {
 	// External is the endpoint of a datastore the user runs.
 	// +optional
 	External *ExternalDatastoreConfig `json:"external,omitempty"`
+
+	// Etcd tunes the members of datastore.type etcd.
+	// +optional
+	Etcd *EtcdDatastoreConfig `json:"etcd,omitempty"`
+}
+
+// EtcdDatastoreConfig tunes the etcd members of datastore.type etcd.
+type EtcdDatastoreConfig struct {
+	// QuotaBackendSize is the size of a member's database at which etcd raises
+	// the NOSPACE alarm and refuses every write that adds data (etcd's
+	// --quota-backend-bytes). Empty means etcd's default, 2Gi. Between 256Mi
+	// and 8Gi (etcd's suggested maximum), and no larger than the server
+	// volume. Raising it is how a cluster whose live data outgrew the quota
+	// gets writable again (docs/etcd.md, Alarms); a change restarts the
+	// members one at a time.
+	// +kubebuilder:validation:XValidation:rule="isQuantity(self) && quantity(self).compareTo(quantity('256Mi')) >= 0 && quantity(self).compareTo(quantity('8Gi')) <= 0",message="datastore.etcd.quotaBackendSize must be a quantity between 256Mi and 8Gi"
+	// +optional
+	QuotaBackendSize string `json:"quotaBackendSize,omitempty"`
 }
 
 // ExternalDatastoreConfig is a datastore the user runs, passed to k3s as

@@ -85,6 +85,11 @@ const (
 // Reasons of the etcd parts of the status.
 const (
 	ReasonQuorumHealthy = "QuorumHealthy"
+	// ReasonQuorumConfirmed: a member confirmed a quorum (its linearizable
+	// member list succeeded), so the datastore serves, though the controller
+	// sees fewer healthy voters than a quorum needs (it is cut off from some;
+	// EtcdHealthy names them). Not QuorumLost: nothing needs recovering.
+	ReasonQuorumConfirmed = "QuorumConfirmed"
 	// ReasonQuorumLost is also the membership plan's reason of that name.
 	ReasonQuorumLost       = "QuorumLost"
 	ReasonEtcdCAUnusable   = "EtcdCAUnusable"

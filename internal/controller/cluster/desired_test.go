@@ -38,6 +38,16 @@ func TestResolve(t *testing.T) {
 			wantErr: "servers: 3 needs datastore.type etcd; the datastore in effect is sqlite, which runs exactly 1 server",
 		},
 		{
+			name:    "etcd settings on the default sqlite cannot be realised",
+			spec:    v1beta1.ClusterSpec{Datastore: v1beta1.DatastoreConfig{Etcd: &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "4Gi"}}},
+			wantErr: "datastore.etcd is set but the datastore in effect is sqlite: set datastore.type etcd, or remove datastore.etcd",
+		},
+		{
+			name:    "an etcd quota that is not a quantity is reported",
+			spec:    v1beta1.ClusterSpec{Servers: 3, Datastore: v1beta1.DatastoreConfig{Type: v1beta1.EtcdDatastore, Etcd: &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "huge"}}},
+			wantErr: `datastore.etcd.quotaBackendSize "huge" is not a quantity`,
+		},
+		{
 			name:    "a size that is not a quantity is reported",
 			spec:    v1beta1.ClusterSpec{Persistence: v1beta1.PersistenceConfig{StorageRequestSize: "big"}},
 			wantErr: `persistence.storageRequestSize "big" is not a quantity`,

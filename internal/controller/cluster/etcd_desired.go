@@ -135,9 +135,13 @@ func etcdEndpoints(c *v1beta1.Cluster, servers int32) string {
 // EtcdArgs is the etcd sidecar's command line. The pod name comes from the
 // downward API ($(POD_NAME) is expanded by the kubelet), so one template
 // serves every ordinal.
+//
+// spec.datastore.etcd.quotaBackendSize adds --quota-backend-bytes; without it
+// the command line is what it has always been, so existing members do not
+// restart. Resolve has refused a quota that does not parse.
 func EtcdArgs(c *v1beta1.Cluster) []string {
 	host := "$(POD_NAME)." + layout.NamesFor(c).Headless + "." + c.Namespace + ".svc"
-	return []string{
+	args := []string{
 		"/usr/local/bin/datastore", "etcd",
 		"--name=$(POD_NAME)",
 		"--data-dir=" + layout.EtcdDataDir + "/data",
@@ -150,6 +154,10 @@ func EtcdArgs(c *v1beta1.Cluster) []string {
 		"--health-address=:" + strconv.Itoa(layout.DatastoreHealthPort),
 		"--metrics-address=:" + strconv.Itoa(layout.DatastoreMetricsPort),
 	}
+	if quota, err := etcdQuotaBytes(c); err == nil && quota > 0 {
+		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(quota, 10))
+	}
+	return args
 }
 
 // etcdSidecar is the etcd member as a native sidecar. Its startup probe holds

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -173,12 +175,21 @@ func TestEtcdStatus(t *testing.T) {
 		{
 			name: "two down lose quorum; a held pod is named",
 			etcd: etcdState{
-				observed: &etcd.Observed{Members: members, Statuses: []etcd.MemberStatus{reachable(1, 0)}},
+				observed: &etcd.Observed{Members: members, Statuses: []etcd.MemberStatus{reachable(1, 0)}, MembersUnconfirmed: true},
 				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
 				held:     []string{"k3k-demo-server-2: QuorumAtRisk"},
 			},
-			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumLost, v1beta1.ConditionEtcdMembership: v1beta1.ReasonPodsWaitToLeave},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumLost, v1beta1.ConditionEtcdMembership: v1beta1.ReasonPodsWaitToLeave, v1beta1.ConditionReady: v1beta1.ReasonQuorumLost},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 0, Needed: 2},
+		},
+		{
+			name: "two the controller cannot reach, but the one it reaches confirms a quorum: the datastore serves",
+			etcd: etcdState{
+				observed: &etcd.Observed{Members: members, Leader: 1, Statuses: []etcd.MemberStatus{reachable(1, 1)}},
+				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
+			},
+			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumConfirmed, etcd.ConditionHealthy: etcd.ReasonMemberUnreachable},
+			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 1, Needed: 2},
 		},
 		{
 			name: "a refused step says why",
@@ -216,5 +227,23 @@ func TestEtcdStatus(t *testing.T) {
 				t.Errorf("members %+v, want 3", st.Datastore.Members)
 			}
 		})
+	}
+}
+
+// The quota reaches the sidecar as etcd's own flag, in bytes; without it the
+// command line is unchanged, so existing members do not restart on upgrade.
+func TestEtcdArgsCarryTheQuotaOnlyWhenSet(t *testing.T) {
+	c := sampleCluster()
+	c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+	without := EtcdArgs(c)
+	for _, a := range without {
+		if strings.HasPrefix(a, "--quota-backend-bytes") {
+			t.Fatalf("no quota set, yet the command line has %s", a)
+		}
+	}
+	c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "4Gi"}
+	with := EtcdArgs(c)
+	if want := append(slices.Clone(without), "--quota-backend-bytes=4294967296"); !slices.Equal(with, want) {
+		t.Fatalf("command line with a 4Gi quota:\n%q\nwant\n%q", with, want)
 	}
 }

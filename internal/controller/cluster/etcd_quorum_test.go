@@ -274,7 +274,7 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 		}
 	}
 	// Defect 4: one reason everywhere, member by member what answered.
-	for _, typ := range []string{v1beta1.ConditionDatastoreReady, etcd.ConditionHealthy, v1beta1.ConditionEtcdMembership} {
+	for _, typ := range []string{v1beta1.ConditionReady, v1beta1.ConditionDatastoreReady, etcd.ConditionHealthy, v1beta1.ConditionEtcdMembership} {
 		if got := condition(t, c, typ); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonQuorumLost {
 			t.Errorf("%s %s/%s (%s), want False/QuorumLost", typ, got.Status, got.Reason, got.Message)
 		}

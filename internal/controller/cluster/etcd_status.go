@@ -67,7 +67,10 @@ func etcdDatastoreCondition(o observation) condResult {
 	if q.HealthyVoters >= q.Needed {
 		return condResult{true, v1beta1.ReasonQuorumHealthy, msg}
 	}
-	return condResult{false, v1beta1.ReasonQuorumLost, msg}
+	// A member's linearizable list went through a quorum the controller
+	// cannot see whole: the datastore serves. Calling this QuorumLost would
+	// contradict EtcdHealthy and invite a recovery nothing needs.
+	return condResult{true, v1beta1.ReasonQuorumConfirmed, msg + "; a member confirmed a quorum, the controller does not reach the rest (see EtcdHealthy)"}
 }
 
 // etcdConditions are EtcdHealthy, EtcdAlarm and EtcdMembership.

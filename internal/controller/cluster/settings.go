@@ -120,9 +120,30 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 		return s, &InvalidSpecError{Message: fmt.Sprintf(
 			"servers: %d needs datastore.type etcd; the datastore in effect is sqlite, which runs exactly 1 server", s.Servers)}
 	}
+	if c.Spec.Datastore.Etcd != nil && s.Datastore != v1beta1.EtcdDatastore {
+		return s, &InvalidSpecError{Message: fmt.Sprintf(
+			"datastore.etcd is set but the datastore in effect is %s: set datastore.type etcd, or remove datastore.etcd", s.Datastore)}
+	}
+	if _, err := etcdQuotaBytes(c); err != nil {
+		return s, &InvalidSpecError{Message: err.Error()}
+	}
 	if s.Datastore == v1beta1.EtcdDatastore && s.Servers%2 == 0 {
 		return s, &InvalidSpecError{Message: fmt.Sprintf(
 			"servers: %d; the datastore in effect is etcd, which needs an odd number of servers (1, 3, 5 or 7) to keep quorum", s.Servers)}
 	}
 	return s, nil
+}
+
+// etcdQuotaBytes is spec.datastore.etcd.quotaBackendSize in bytes, 0 when it
+// is unset (etcd's default applies).
+func etcdQuotaBytes(c *v1beta1.Cluster) (int64, error) {
+	e := c.Spec.Datastore.Etcd
+	if e == nil || e.QuotaBackendSize == "" {
+		return 0, nil
+	}
+	q, err := resource.ParseQuantity(e.QuotaBackendSize)
+	if err != nil {
+		return 0, fmt.Errorf("datastore.etcd.quotaBackendSize %q is not a quantity", e.QuotaBackendSize)
+	}
+	return q.Value(), nil
 }

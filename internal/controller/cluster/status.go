@@ -156,6 +156,10 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	}{{v1beta1.ConditionTokenReady, condResult{o.token.ready, o.token.reason, o.token.message}}, {v1beta1.ConditionDatastoreReady, ds}, {v1beta1.ConditionServersReady, srv}, {v1beta1.ConditionKubeconfigPublished, kc}} {
 		if !part.r.ok {
 			ready = condResult{ok: false, reason: v1beta1.ReasonNotReady, message: fmt.Sprintf("%s: %s", part.name, part.r.message)}
+			if part.r.reason == v1beta1.ReasonQuorumLost {
+				// One reason for one state: every condition says QuorumLost.
+				ready.reason = v1beta1.ReasonQuorumLost
+			}
 			break
 		}
 	}

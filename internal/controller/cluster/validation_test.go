@@ -51,6 +51,23 @@ func TestAdmissionRejectsInvalidSpecs(t *testing.T) {
 			c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
 			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db:5432/k3s"}
 		}, "datastore.external may only be set when datastore.type is external"},
+		{"an etcd quota below 256Mi is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+			c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "100Mi"}
+		}, "datastore.etcd.quotaBackendSize must be a quantity between 256Mi and 8Gi"},
+		{"an etcd quota above 8Gi is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+			c.Spec.Persistence.StorageRequestSize = "100Gi"
+			c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "16Gi"}
+		}, "datastore.etcd.quotaBackendSize must be a quantity between 256Mi and 8Gi"},
+		{"an etcd quota larger than the default 2Gi volume is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+			c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "4Gi"}
+		}, "datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize"},
+		{"etcd settings with sqlite are refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
+			c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "1Gi"}
+		}, "datastore.etcd may only be set when datastore.type is etcd"},
 		{"an unknown datastore is refused", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = "mongodb" }, `spec.datastore.type: Unsupported value: "mongodb"`},
 		{"an unknown persistence type is refused", func(c *v1beta1.Cluster) { c.Spec.Persistence.Type = "static" }, `spec.persistence.type: Unsupported value: "static"`},
 		{"a storage size that is not a quantity is refused", func(c *v1beta1.Cluster) { c.Spec.Persistence.StorageRequestSize = "lots" }, "persistence.storageRequestSize must be a quantity such as 2Gi"},
@@ -147,5 +164,25 @@ func TestAdmissionAcceptsGrowthAndDefaults(t *testing.T) {
 	c.Spec.ServerEnvs = []v1beta1.ServerEnvVar{{Name: "GOMAXPROCS", Value: "2"}}
 	if err := k8s.Update(ctx, c); err != nil {
 		t.Fatalf("growing the storage request: %v", err)
+	}
+}
+
+// An etcd quota that fits the volume is accepted, and raising it with the
+// volume is an update admission allows (the NOSPACE way out, docs/etcd.md).
+func TestAdmissionAcceptsAnEtcdQuotaThatFitsTheVolume(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(newNamespace(t), "quota", func(c *v1beta1.Cluster) {
+		c.Spec.Servers = 3
+		c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+		c.Spec.Persistence.StorageRequestSize = "4Gi"
+		c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "4Gi"}
+	})
+	if err := k8s.Create(ctx, c); err != nil {
+		t.Fatalf("creating a Cluster whose quota fits its volume: %v", err)
+	}
+	c.Spec.Persistence.StorageRequestSize = "8Gi"
+	c.Spec.Datastore.Etcd.QuotaBackendSize = "6Gi"
+	if err := k8s.Update(ctx, c); err != nil {
+		t.Fatalf("raising the quota with the volume: %v", err)
 	}
 }
