@@ -212,12 +212,9 @@ func TestHostileClaims(t *testing.T) {
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "clone-server"}}}},
 		},
 	}
-	if err := retry(func(ctx context.Context) error {
-		_, err := v.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// Seen failing on a real node when created at once: the namespace's
+	// default ServiceAccount did not exist yet, and the API refused the pod.
+	createVirtualPod(t, v, pod)
 	for _, a := range attacks {
 		eventually(t, 2*time.Minute, "a Warning Event on claim "+a.name, func(ctx context.Context) (bool, error) {
 			evs, err := v.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + a.name + ",involvedObject.kind=PersistentVolumeClaim"})
