@@ -3,29 +3,18 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
-)
-
-// The etcd sidecar's certificate files as the server pod mounts them
-// (internal/controller/cluster names.go EtcdCAPath and the rest): the
-// defaults of `datastore etcd-alarm`, so that `kubectl exec` needs no flag.
-const (
-	podEtcdCAFile   = "/etc/k3k/etcd-tls/ca.crt"
-	podEtcdCertFile = "/etc/k3k/etcd-tls/tls.crt"
-	podEtcdKeyFile  = "/etc/k3k/etcd-tls/tls.key"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 type etcdAlarmOptions struct {
@@ -53,11 +42,13 @@ ALARM is NOSPACE or CORRUPT; MEMBER-ID is the hexadecimal ID "list" prints (0 fo
 a cluster-wide alarm). See docs/etcd.md for when to disarm what.`,
 	}
 	f := cmd.PersistentFlags()
-	f.StringVar(&o.endpoint, "endpoint", "https://127.0.0.1:2379", "client URL of the member to ask")
+	// The defaults are where the server pod has them, so that `kubectl exec`
+	// needs no flag.
+	f.StringVar(&o.endpoint, "endpoint", fmt.Sprintf("https://127.0.0.1:%d", layout.DatastoreClientPort), "client URL of the member to ask")
 	f.StringVar(&o.serverName, "server-name", "", "name the member's certificate is checked against (empty: the first DNS name of --cert-file, which the members share)")
-	f.StringVar(&o.caFile, "ca-file", podEtcdCAFile, "cluster CA certificate")
-	f.StringVar(&o.certFile, "cert-file", podEtcdCertFile, "member certificate (client usage)")
-	f.StringVar(&o.keyFile, "key-file", podEtcdKeyFile, "member key")
+	f.StringVar(&o.caFile, "ca-file", layout.EtcdCAPath, "cluster CA certificate")
+	f.StringVar(&o.certFile, "cert-file", layout.EtcdCertPath, "member certificate (client usage)")
+	f.StringVar(&o.keyFile, "key-file", layout.EtcdKeyPath, "member key")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound of the whole command")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
@@ -153,41 +144,23 @@ func runEtcdAlarm(ctx context.Context, o etcdAlarmOptions, disarm *etcd.Alarm, o
 	return nil
 }
 
-// alarmTLS is the member certificate as a client certificate, the server
-// checked against the first DNS name of that certificate unless
-// --server-name says otherwise: every member's certificate carries the same
-// names, and none carries 127.0.0.1.
+// alarmTLS is the member certificate as a client certificate
+// (loadClientTLS), the server checked against the first DNS name of that
+// certificate unless --server-name says otherwise: every member's certificate
+// carries the same names, and none carries 127.0.0.1.
 func alarmTLS(o etcdAlarmOptions) (*tls.Config, error) {
-	caPEM, err := os.ReadFile(o.caFile)
+	cfg, err := loadClientTLS(o.caFile, o.certFile, o.keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("--ca-file: %w", err)
+		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("--ca-file %s holds no certificate", o.caFile)
-	}
-	pair, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("--cert-file and --key-file: %w", err)
-	}
-	name := o.serverName
-	if name == "" {
-		certPEM, err := os.ReadFile(o.certFile)
-		if err != nil {
-			return nil, fmt.Errorf("--cert-file: %w", err)
-		}
-		block, _ := pem.Decode(certPEM)
-		if block == nil {
-			return nil, errors.New("--cert-file holds no PEM block")
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("--cert-file: %w", err)
-		}
-		if len(cert.DNSNames) == 0 {
+	cfg.ServerName = o.serverName
+	if cfg.ServerName == "" {
+		// tls.LoadX509KeyPair has parsed the certificate already.
+		if leaf := cfg.Certificates[0].Leaf; leaf != nil && len(leaf.DNSNames) > 0 {
+			cfg.ServerName = leaf.DNSNames[0]
+		} else {
 			return nil, errors.New("--cert-file names no DNS name: give --server-name")
 		}
-		name = cert.DNSNames[0]
 	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, ServerName: name, MinVersion: tls.VersionTLS12}, nil
+	return cfg, nil
 }
