@@ -21,7 +21,7 @@ import (
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
-	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // The tests share one running agent and run in the order of this file: the
@@ -619,7 +619,7 @@ func TestAgentFollowsCredentialChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.SetTarget("")
-	if err := credentials.Write(map[string][]byte{kubeconfig.SecretKey: kc}); err != nil {
+	if err := credentials.Write(map[string][]byte{layout.SecretKeyKubeconfig: kc}); err != nil {
 		t.Fatal(err)
 	}
 	const ns = "rotated"

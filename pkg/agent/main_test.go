@@ -28,7 +28,6 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent/node"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
-	"github.com/k3k-io/k3k/pkg/kubeconfig"
 	"github.com/k3k-io/k3k/pkg/layout"
 )
 
@@ -168,7 +167,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		return fail("kubeconfig", err)
 	}
-	if err := credentials.Write(map[string][]byte{kubeconfig.SecretKey: kc}); err != nil {
+	if err := credentials.Write(map[string][]byte{layout.SecretKeyKubeconfig: kc}); err != nil {
 		return fail("credentials", err)
 	}
 

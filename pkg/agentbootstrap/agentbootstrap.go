@@ -15,13 +15,14 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // Config says where the Secret is mounted and whom to tell about new credentials.
 type Config struct {
 	// Dir is the Secret volume's mount point.
 	Dir string
-	// Key is the file in Dir holding the kubeconfig. Default kubeconfig.SecretKey.
+	// Key is the file in Dir holding the kubeconfig. Default layout.SecretKeyKubeconfig.
 	Key string
 	// OnChange is called by Run, on Run's goroutine, with a fresh copy each time new
 	// valid credentials are loaded, so that the agent rebuilds its clients with them.
@@ -66,7 +67,7 @@ func New(cfg Config) (*Loader, error) {
 		return nil, errors.New("agentbootstrap: directory is required")
 	}
 	if cfg.Key == "" {
-		cfg.Key = kubeconfig.SecretKey
+		cfg.Key = layout.SecretKeyKubeconfig
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = time.Minute

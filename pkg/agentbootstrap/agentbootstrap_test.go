@@ -14,6 +14,7 @@ import (
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 const server = "https://k3k-demo-service.tenants.svc:443"
@@ -52,7 +53,7 @@ func (f fixture) publish(t *testing.T, data []byte) {
 	t.Helper()
 	files := map[string][]byte{}
 	if data != nil {
-		files[kubeconfig.SecretKey] = data
+		files[layout.SecretKeyKubeconfig] = data
 	}
 	if err := f.vol.Write(files); err != nil {
 		t.Fatal(err)
@@ -221,7 +222,7 @@ func BenchmarkReload(b *testing.B) {
 		}
 	}
 	vol := &testenv.SecretVolume{Dir: b.TempDir()}
-	if err := vol.Write(map[string][]byte{kubeconfig.SecretKey: configs[0]}); err != nil {
+	if err := vol.Write(map[string][]byte{layout.SecretKeyKubeconfig: configs[0]}); err != nil {
 		b.Fatal(err)
 	}
 	changes := make(chan *rest.Config, 1)
@@ -237,7 +238,7 @@ func BenchmarkReload(b *testing.B) {
 	go func() { _ = l.Run(ctx) }()
 	b.ResetTimer()
 	for i := range b.N {
-		if err := vol.Write(map[string][]byte{kubeconfig.SecretKey: configs[(i+1)%2]}); err != nil {
+		if err := vol.Write(map[string][]byte{layout.SecretKeyKubeconfig: configs[(i+1)%2]}); err != nil {
 			b.Fatal(err)
 		}
 		<-changes

@@ -17,6 +17,7 @@ import (
 
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/publisher"
 )
 
@@ -108,7 +109,7 @@ func TestNothingPublishedBeforeTheAPIServes(t *testing.T) {
 	if n := tn.writes.count(tn.kubeconfigSecret); n != 0 {
 		t.Fatalf("the kubeconfig Secret was written %d times for a server that does not serve", n)
 	}
-	if got := tn.secret(t, tn.kubeconfigSecret).Data[kubeconfig.SecretKey]; len(got) != 0 {
+	if got := tn.secret(t, tn.kubeconfigSecret).Data[layout.SecretKeyKubeconfig]; len(got) != 0 {
 		t.Fatal("the kubeconfig Secret holds a kubeconfig for a server that does not serve")
 	}
 	if code, body := probe(t, ready); code != http.StatusServiceUnavailable || !strings.Contains(body, "not ready") {
@@ -128,7 +129,7 @@ func TestNothingPublishedBeforeTheAPIServes(t *testing.T) {
 	}
 	want, err := kubeconfig.Rewrite(data, kubeconfig.Endpoint{URL: serviceURL})
 	must(t, err)
-	if got := tn.secret(t, tn.kubeconfigSecret).Data[kubeconfig.SecretKey]; !bytes.Equal(got, want) {
+	if got := tn.secret(t, tn.kubeconfigSecret).Data[layout.SecretKeyKubeconfig]; !bytes.Equal(got, want) {
 		t.Fatal("the Secret does not hold the rewritten kubeconfig")
 	}
 	if api.requests.Load() == 0 || api.clients.Load() != api.requests.Load() {
@@ -219,7 +220,7 @@ func TestRunPublishesWhenTheAPIStartsServing(t *testing.T) {
 	}
 	api.ready.Store(true)
 	waitFor(t, "the Secret to be published", func() bool {
-		return len(tn.secret(t, tn.kubeconfigSecret).Data[kubeconfig.SecretKey]) > 0
+		return len(tn.secret(t, tn.kubeconfigSecret).Data[layout.SecretKeyKubeconfig]) > 0
 	})
 	if n := tn.writes.count(tn.kubeconfigSecret); n != 1 {
 		t.Errorf("the kubeconfig Secret was written %d times, want 1", n)

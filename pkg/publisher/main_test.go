@@ -190,9 +190,9 @@ func newTenant(t *testing.T) *tenant {
 	tn.tokenSecret = "k3k-" + tn.cluster + "-token"
 	must(t, create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tn.namespace}}))
 	must(t, tn.precreate(ctx, tn.kubeconfigSecret, nil))
-	must(t, tn.precreate(ctx, tn.tokenSecret, map[string][]byte{publisher.TokenKey: []byte(tn.token)}))
+	must(t, tn.precreate(ctx, tn.tokenSecret, map[string][]byte{layout.SecretKeyToken: []byte(tn.token)}))
 	// Neighbours the publisher must not be able to touch.
-	must(t, tn.precreate(ctx, "k3k-other-kubeconfig", map[string][]byte{kubeconfig.SecretKey: []byte("other")}))
+	must(t, tn.precreate(ctx, "k3k-other-kubeconfig", map[string][]byte{layout.SecretKeyKubeconfig: []byte("other")}))
 
 	sa := "k3k-" + tn.cluster + "-server"
 	must(t, create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: tn.namespace}}))

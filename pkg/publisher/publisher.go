@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // SecretClient is the part of client-go's SecretInterface the publisher uses,
@@ -37,13 +38,13 @@ type Config struct {
 	// Secrets reads and updates Secrets in the cluster's namespace.
 	Secrets SecretClient
 	// SecretName is the kubeconfig Secret (k3k-<name>-kubeconfig); the kubeconfig is
-	// stored under kubeconfig.SecretKey.
+	// stored under layout.SecretKeyKubeconfig.
 	SecretName string
 	// TokenPath is the server's token file (<data-dir>/server/token). Empty turns
 	// token restoring off.
 	TokenPath string
 	// TokenSecretName is the token Secret (k3k-<name>-token), restored from TokenPath
-	// when its TokenKey is missing or empty.
+	// when its token key (layout.SecretKeyToken) is missing or empty.
 	TokenSecretName string
 
 	// Resync is how often the Secrets are checked when nothing happens on disk, so
@@ -346,11 +347,11 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{State: StateWaiting, Reason: "kubeconfig not published yet"}, err
 	}
-	if bytes.Equal(secret.Data[kubeconfig.SecretKey], want) {
+	if bytes.Equal(secret.Data[layout.SecretKeyKubeconfig], want) {
 		return Result{State: StatePublished}, nil
 	}
 	if by := secret.Annotations[AnnotationPublishedBy]; p.cfg.Identity != "" && by != "" && by != p.cfg.Identity &&
-		keepPublished(secret.Data[kubeconfig.SecretKey], ours, p.cfg.Now(), p.cfg.HandOver) {
+		keepPublished(secret.Data[layout.SecretKeyKubeconfig], ours, p.cfg.Now(), p.cfg.HandOver) {
 		return Result{State: StatePublished, Reason: "published by " + by}, nil
 	}
 	// Publish only credentials for a server that serves: a client handed this
@@ -361,7 +362,7 @@ func (p *Publisher) syncKubeconfig(ctx context.Context) (Result, error) {
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}
 	}
-	secret.Data[kubeconfig.SecretKey] = want
+	secret.Data[layout.SecretKeyKubeconfig] = want
 	if p.cfg.Identity != "" {
 		if secret.Annotations == nil {
 			secret.Annotations = map[string]string{}
@@ -404,7 +405,7 @@ func (p *Publisher) syncToken(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if len(secret.Data[TokenKey]) > 0 {
+	if len(secret.Data[layout.SecretKeyToken]) > 0 {
 		return false, nil
 	}
 	data, err := os.ReadFile(p.cfg.TokenPath)
@@ -418,7 +419,7 @@ func (p *Publisher) syncToken(ctx context.Context) (bool, error) {
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}
 	}
-	secret.Data[TokenKey] = []byte(token)
+	secret.Data[layout.SecretKeyToken] = []byte(token)
 	if _, err := p.cfg.Secrets.Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 		return false, fmt.Errorf("restoring secret %s: %w", p.cfg.TokenSecretName, err)
 	}

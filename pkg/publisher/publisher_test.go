@@ -32,6 +32,7 @@ import (
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/publisher"
 )
 
@@ -56,7 +57,7 @@ func TestRotationReachesAgents(t *testing.T) {
 	<-published
 
 	// The Secret holds a kubeconfig for the Service, and it works.
-	data := tn.secret(t, tn.kubeconfigSecret).Data[kubeconfig.SecretKey]
+	data := tn.secret(t, tn.kubeconfigSecret).Data[layout.SecretKeyKubeconfig]
 	if err := kubeconfig.Validate(data, time.Now()); err != nil {
 		t.Fatalf("published kubeconfig is invalid: %v", err)
 	}
@@ -212,7 +213,7 @@ func TestInvalidContentIsNotPublished(t *testing.T) {
 			}
 			assertNoKeyMaterial(t, res.Reason, goodKey.KeyData, other.Key)
 			after := tn.secret(t, tn.kubeconfigSecret)
-			if after.ResourceVersion != before.ResourceVersion || !bytes.Equal(after.Data[kubeconfig.SecretKey], before.Data[kubeconfig.SecretKey]) {
+			if after.ResourceVersion != before.ResourceVersion || !bytes.Equal(after.Data[layout.SecretKeyKubeconfig], before.Data[layout.SecretKeyKubeconfig]) {
 				t.Fatal("the Secret changed")
 			}
 		})
@@ -365,7 +366,7 @@ func TestRoleAllowsOnlyTheTwoSecrets(t *testing.T) {
 			t.Errorf("the publisher tried to create a Secret: %s", r)
 		}
 	}
-	if err := kubeconfig.Validate(tn.secret(t, tn.kubeconfigSecret).Data[kubeconfig.SecretKey], time.Now()); err != nil {
+	if err := kubeconfig.Validate(tn.secret(t, tn.kubeconfigSecret).Data[layout.SecretKeyKubeconfig], time.Now()); err != nil {
 		t.Fatalf("refilled Secret: %v", err)
 	}
 }
@@ -382,11 +383,11 @@ func TestTokenSecretRestoredFromServer(t *testing.T) {
 	if res, err := p.Sync(ctx); err != nil || res.TokenRestored {
 		t.Fatalf("Sync() with the token present = %+v, %v", res, err)
 	}
-	token := func() string { return string(tn.secret(t, tn.tokenSecret).Data[publisher.TokenKey]) }
+	token := func() string { return string(tn.secret(t, tn.tokenSecret).Data[layout.SecretKeyToken]) }
 
 	// The value emptied.
 	s := tn.secret(t, tn.tokenSecret)
-	s.Data = map[string][]byte{publisher.TokenKey: {}}
+	s.Data = map[string][]byte{layout.SecretKeyToken: {}}
 	_, err := hostAdmin.CoreV1().Secrets(tn.namespace).Update(ctx, s, metav1.UpdateOptions{})
 	must(t, err)
 	if res, err := p.Sync(ctx); err != nil || !res.TokenRestored {
@@ -468,13 +469,13 @@ func runKubelet(t *testing.T, ctx context.Context, tn *tenant, vol *testenv.Secr
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			data := s.Data[kubeconfig.SecretKey]
+			data := s.Data[layout.SecretKeyKubeconfig]
 			if len(data) == 0 || bytes.Equal(data, last) {
 				continue
 			}
 			last = data
 			at := time.Now()
-			if err := vol.Write(map[string][]byte{kubeconfig.SecretKey: data}); err != nil {
+			if err := vol.Write(map[string][]byte{layout.SecretKeyKubeconfig: data}); err != nil {
 				t.Errorf("kubelet: %v", err)
 				return
 			}
@@ -538,7 +539,7 @@ func TestFileAppearsLateAndIsReplaced(t *testing.T) {
 	runPublisher(t, ctx, p, tn)
 	waitFor(t, "the publisher to wait for the file", func() bool { return p.Status().State == publisher.StateWaiting })
 
-	published := func() []byte { return tn.secret(t, tn.kubeconfigSecret).Data[kubeconfig.SecretKey] }
+	published := func() []byte { return tn.secret(t, tn.kubeconfigSecret).Data[layout.SecretKeyKubeconfig] }
 	for _, user := range []string{"admin-1", "admin-2"} {
 		data := k3sKubeconfig(t, testenv.CertSpec{CommonName: user})
 		want, err := kubeconfig.Rewrite(data, kubeconfig.Endpoint{URL: serviceURL})
@@ -646,7 +647,7 @@ func TestServersOfOneClusterDoNotTakeTurns(t *testing.T) {
 	if taken.Annotations[publisher.AnnotationPublishedBy] != "k3k-demo-server-1" {
 		t.Fatalf("annotations %v after the hand-over", taken.Annotations)
 	}
-	k, err := kubeconfig.Parse(taken.Data[kubeconfig.SecretKey])
+	k, err := kubeconfig.Parse(taken.Data[layout.SecretKeyKubeconfig])
 	must(t, err)
 	if user, err := whoami(ctx, virtualClient(t, k.RESTConfig())); err != nil || user != "admin-from-server-1" {
 		t.Fatalf("handed-over credentials reach the virtual apiserver as %q: %v", user, err)

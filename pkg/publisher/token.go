@@ -3,13 +3,7 @@ package publisher
 import (
 	"errors"
 	"strings"
-
-	"github.com/k3k-io/k3k/pkg/layout"
 )
-
-// TokenKey is the key of the cluster token in Secret k3k-<name>-token; its value is
-// what the server is given with --token-file.
-const TokenKey = layout.SecretKeyToken
 
 // ParseServerToken extracts, from the token file k3s keeps at
 // <data-dir>/server/token, the token it was started with.
