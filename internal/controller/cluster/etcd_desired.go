@@ -136,10 +136,10 @@ func etcdEndpoints(c *v1beta1.Cluster, servers int32) string {
 // downward API ($(POD_NAME) is expanded by the kubelet), so one template
 // serves every ordinal.
 //
-// spec.datastore.etcd.quotaBackendSize adds --quota-backend-bytes; without it
-// the command line is what it has always been, so existing members do not
-// restart. Resolve has refused a quota that does not parse.
-func EtcdArgs(c *v1beta1.Cluster) []string {
+// A quota (s.EtcdQuotaBytes, spec.datastore.etcd.quotaBackendSize) adds
+// --quota-backend-bytes; without it the command line is what it has always
+// been, so existing members do not restart.
+func EtcdArgs(c *v1beta1.Cluster, s Settings) []string {
 	host := "$(POD_NAME)." + layout.NamesFor(c).Headless + "." + c.Namespace + ".svc"
 	args := []string{
 		"/usr/local/bin/datastore", "etcd",
@@ -154,8 +154,8 @@ func EtcdArgs(c *v1beta1.Cluster) []string {
 		"--health-address=:" + strconv.Itoa(layout.DatastoreHealthPort),
 		"--metrics-address=:" + strconv.Itoa(layout.DatastoreMetricsPort),
 	}
-	if quota, err := etcdQuotaBytes(c); err == nil && quota > 0 {
-		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(quota, 10))
+	if s.EtcdQuotaBytes > 0 {
+		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(s.EtcdQuotaBytes, 10))
 	}
 	return args
 }
@@ -164,12 +164,12 @@ func EtcdArgs(c *v1beta1.Cluster) []string {
 // k3s back until the member has joined and votes; a member waiting to be added
 // is alive (liveness) but not ready. It writes its termination message on a
 // lost data dir (etcd.DataLostReport), which the controller reads.
-func etcdSidecar(c *v1beta1.Cluster, cfg Config) corev1.Container {
+func etcdSidecar(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Container {
 	return corev1.Container{
 		Name:            "datastore",
 		Image:           cfg.DatastoreImage,
 		ImagePullPolicy: cfg.PullPolicy,
-		Command:         EtcdArgs(c),
+		Command:         EtcdArgs(c, s),
 		Env:             []corev1.EnvVar{podNameEnv()},
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports: []corev1.ContainerPort{

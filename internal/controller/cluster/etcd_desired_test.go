@@ -235,15 +235,23 @@ func TestEtcdStatus(t *testing.T) {
 func TestEtcdArgsCarryTheQuotaOnlyWhenSet(t *testing.T) {
 	c := sampleCluster()
 	c.Spec.Datastore.Type = v1beta1.EtcdDatastore
-	without := EtcdArgs(c)
+	c.Spec.Servers = 3
+	args := func() []string {
+		t.Helper()
+		s, err := Resolve(c, testConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return EtcdArgs(c, s)
+	}
+	without := args()
 	for _, a := range without {
 		if strings.HasPrefix(a, "--quota-backend-bytes") {
 			t.Fatalf("no quota set, yet the command line has %s", a)
 		}
 	}
 	c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "4Gi"}
-	with := EtcdArgs(c)
-	if want := append(slices.Clone(without), "--quota-backend-bytes=4294967296"); !slices.Equal(with, want) {
+	if want, with := append(slices.Clone(without), "--quota-backend-bytes=4294967296"), args(); !slices.Equal(with, want) {
 		t.Fatalf("command line with a 4Gi quota:\n%q\nwant\n%q", with, want)
 	}
 }

@@ -55,6 +55,9 @@ type Settings struct {
 	StorageSize  resource.Quantity
 	ServerImage  string
 	Servers      int32
+	// EtcdQuotaBytes is spec.datastore.etcd.quotaBackendSize in bytes; 0 when
+	// unset (etcd's own default applies).
+	EtcdQuotaBytes int64
 	// ExternalSecret is which keys the external datastore Secret holds, as
 	// observed by reconcileExternalSecret (zero without a secretRef).
 	ExternalSecret ExternalSecretKeys
@@ -124,7 +127,7 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 		return s, &InvalidSpecError{Message: fmt.Sprintf(
 			"datastore.etcd is set but the datastore in effect is %s: set datastore.type etcd, or remove datastore.etcd", s.Datastore)}
 	}
-	if _, err := etcdQuotaBytes(c); err != nil {
+	if s.EtcdQuotaBytes, err = etcdQuotaBytes(c); err != nil {
 		return s, &InvalidSpecError{Message: err.Error()}
 	}
 	if s.Datastore == v1beta1.EtcdDatastore && s.Servers%2 == 0 {

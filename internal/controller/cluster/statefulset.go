@@ -67,7 +67,7 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 	case v1beta1.SQLiteDatastore:
 		initContainers = append(initContainers, datastoreSidecar(cfg))
 	case v1beta1.EtcdDatastore:
-		initContainers = append(initContainers, etcdSidecar(c, cfg))
+		initContainers = append(initContainers, etcdSidecar(c, s, cfg))
 		volumes = append(volumes, etcdVolumes(c)...)
 		server.VolumeMounts = append(server.VolumeMounts, mount(layout.EtcdTLSVolume, layout.EtcdTLSDir, true, ""))
 	case v1beta1.ExternalDatastore:
