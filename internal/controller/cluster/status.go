@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -58,12 +59,17 @@ type stepFailure struct {
 }
 
 // fail records that step failed with err and returns err with the step's
-// name; a nil err records nothing and returns nil.
+// name; a nil err records nothing and returns nil. A conflict is returned but
+// not recorded: the cache was behind the object the step updated, and the
+// retry (at once) works from the newer copy; reporting it would flip Ready,
+// with two Events, on a cluster that is fine.
 func (o *observation) fail(step string, err error) error {
 	if err == nil {
 		return nil
 	}
-	o.failure = &stepFailure{step, err}
+	if !apierrors.IsConflict(err) {
+		o.failure = &stepFailure{step, err}
+	}
 	return fmt.Errorf("%s: %w", step, err)
 }
 

@@ -2,11 +2,16 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,5 +91,34 @@ func TestAFailedStepReachesTheStatus(t *testing.T) {
 	get(t, c, name, svc)
 	if !metav1.IsControlledBy(svc, c) {
 		t.Fatalf("the Service was not adopted: owners %+v", svc.OwnerReferences)
+	}
+}
+
+// A step that lost an update race (a conflict: the cache was behind) is
+// retried without being reported, while any other failure reaches Ready.
+func TestAConflictIsRetriedNotReported(t *testing.T) {
+	base := observation{settings: Settings{Datastore: v1beta1.SQLiteDatastore, Persistence: v1beta1.DynamicPersistence, Servers: 1},
+		token: tokenState{true, v1beta1.ReasonTokenAvailable, "ok"}}
+	conflict := fmt.Errorf("updating StatefulSet k3k-demo-server: %w",
+		apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, "k3k-demo-server", errors.New("the object has been modified")))
+	for _, tc := range []struct {
+		name       string
+		err        error
+		wantReason string
+	}{
+		{"a conflict is retried quietly", conflict, v1beta1.ReasonNotReady},
+		{"another failure names the step", errors.New("the API server is gone"), v1beta1.ReasonReconcileError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := base
+			err := o.fail("servers", tc.err)
+			if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), "servers") {
+				t.Fatalf("fail returned %v, want the step's error named by the step", err)
+			}
+			ready := meta.FindStatusCondition(computeStatus(sampleCluster(), o).Conditions, v1beta1.ConditionReady)
+			if ready == nil || ready.Reason != tc.wantReason {
+				t.Fatalf("Ready %+v, want reason %s", ready, tc.wantReason)
+			}
+		})
 	}
 }
