@@ -165,10 +165,10 @@ func agentConfig(o options) (agent.Config, error) {
 }
 
 // run starts the agent and runs it until ctx ends or a signal arrives, in
-// the order its parts depend on each other: the health server first (so
-// /healthz answers while the rest waits), the host client, the host Services
-// the pods are pointed at, the virtual credentials, then the kubelet API and
-// DNS servers beside the agent's loops.
+// the order its parts depend on each other: the host client, the health
+// server (so /healthz answers while the rest waits), the host Services the
+// pods are pointed at, the virtual credentials, then the kubelet API and DNS
+// servers beside the agent's loops.
 func run(ctx context.Context, o options, stderr io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()

@@ -232,10 +232,12 @@ func AddWatches(watches ...Watch) error {
 }
 
 // AddObject queues the "namespace/name" key of obj, an object of the kind
-// the loop's keys stand for; anything else is ignored.
+// the loop's keys stand for; anything else is ignored. The key is the one an
+// informer's store files obj under (cache.MetaNamespaceKeyFunc), so InCache
+// finds it.
 func (l *Loop) AddObject(obj any) {
-	if m, ok := obj.(metav1.Object); ok {
-		l.Add(m.GetNamespace() + "/" + m.GetName())
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		l.Add(key)
 	}
 }
 
