@@ -140,7 +140,7 @@ func etcdEndpoints(c *v1beta1.Cluster, servers int32) string {
 // --quota-backend-bytes; without it the command line is what it has always
 // been, so existing members do not restart.
 func EtcdArgs(c *v1beta1.Cluster, s Settings) []string {
-	host := "$(POD_NAME)." + layout.NamesFor(c).Headless + "." + c.Namespace + ".svc"
+	host := layout.ServerPodHost(c, "$(POD_NAME)")
 	args := []string{
 		"/usr/local/bin/datastore", "etcd",
 		"--name=$(POD_NAME)",
