@@ -90,7 +90,8 @@ const (
 	// sees fewer healthy voters than a quorum needs (it is cut off from some;
 	// EtcdHealthy names them). Not QuorumLost: nothing needs recovering.
 	ReasonQuorumConfirmed = "QuorumConfirmed"
-	// ReasonQuorumLost is also the membership plan's reason of that name.
+	// ReasonQuorumLost is also the membership plan's reason (etcd.ReasonQuorumLost
+	// is this constant), so every condition says it under quorum loss.
 	ReasonQuorumLost       = "QuorumLost"
 	ReasonEtcdCAUnusable   = "EtcdCAUnusable"
 	ReasonNotObserved      = "NotObserved"

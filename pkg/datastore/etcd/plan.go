@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
 // ActionType is the one thing Execute does.
@@ -26,9 +28,11 @@ const (
 
 // Reasons, CamelCase so that they can be condition reasons as they are.
 const (
-	ReasonInSync               = "InSync"
-	ReasonClusterUnreachable   = "ClusterUnreachable"
-	ReasonQuorumLost           = "QuorumLost"
+	ReasonInSync             = "InSync"
+	ReasonClusterUnreachable = "ClusterUnreachable"
+	// ReasonQuorumLost is the Cluster's own reason, so that under quorum loss
+	// every condition, the ones this package writes and the controller's, says it.
+	ReasonQuorumLost           = v1beta1.ReasonQuorumLost
 	ReasonMembershipConverging = "MembershipConverging"
 	ReasonReplaceLostMember    = "ReplaceLostMember"
 	ReasonPeerURLChanged       = "PeerURLChanged"
