@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,78 +33,12 @@ import (
 // its roster still lists the removed member, and joins again as the learner
 // the controller adds.
 func TestARemovedMembersSidecarSetsItsDataAsideAndJoinsAgain(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{"ca.crt": ca.CertPEM, "tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	url := func(addr string) string {
-		_, port, _ := net.SplitHostPort(addr)
-		return "https://localhost:" + port
-	}
-	a := etcd.Peer{Name: "a"}
-	aPeer, aClient := freeAddr(t), freeAddr(t)
-	a.PeerURL, a.ClientURL = url(aPeer), url(aClient)
-	bPeer, bClient := freeAddr(t), freeAddr(t)
-	b := etcd.Peer{Name: "b", PeerURL: url(bPeer), ClientURL: url(bClient)}
-
-	ma, err := member.Start(context.Background(), member.Config{
-		Name: "a", DataDir: filepath.Join(dir, "a"), PeerURL: a.PeerURL, ClientURL: a.ClientURL,
-		ListenPeerAddress: aPeer, ListenClientAddress: aClient,
-		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
-		Roster: etcd.InitialRoster("k3k-test", a), Logger: zap.NewNop(), UnsafeNoFsync: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = ma.Close(ctx)
-	})
-	<-ma.ReadyNotify()
-
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CertPEM)
-	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := etcd.NewClient(etcd.ClientConfig{TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
-	defer cl.Close()
+	f := startPair(t)
+	dir, a, b, bPeer, bClient, cl, rosterFile := f.dir, f.a, f.b, f.bPeer, f.bClient, f.cl, f.rosterFile
 	ctx := context.Background()
-	rosterFile := filepath.Join(dir, "members.json")
-	// addB adds b as a learner and publishes the roster, as the controller
-	// does; it returns b's member ID.
 	addB := func() uint64 {
 		t.Helper()
-		if err := cl.AddLearner(ctx, a.ClientURL, b.PeerURL); err != nil {
-			t.Fatal(err)
-		}
-		list, err := cl.MemberList(ctx, a.ClientURL, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := etcd.Roster{State: etcd.ClusterStateExisting, Token: "k3k-test"}
-		var id uint64
-		for _, m := range list {
-			name := m.Name
-			if m.PeerURLs[0] == b.PeerURL {
-				name, id = "b", m.ID
-			}
-			r.Members = append(r.Members, etcd.RosterMember{Name: name, PeerURL: m.PeerURLs[0], ID: etcd.FormatID(m.ID), Started: m.Name != ""})
-		}
-		writeRoster(t, rosterFile, r)
+		id, _ := f.addB(t, ctx)
 		return id
 	}
 	promote := func(id uint64) {
@@ -201,6 +136,102 @@ func TestARemovedMembersSidecarSetsItsDataAsideAndJoinsAgain(t *testing.T) {
 	}
 }
 
+// pair is the fixture of the sidecar tests: member a running in-process, the
+// addresses of member b (whose sidecar each test runs as the built binary), the
+// certificates both use, a client of the members and the roster file b reads.
+type pair struct {
+	dir                       string
+	caFile, certFile, keyFile string
+	a, b                      etcd.Peer
+	bPeer, bClient            string // b's listen addresses
+	tls                       *tls.Config
+	cl                        *etcd.EtcdClient
+	rosterFile                string
+	// stopA stops a; it runs at cleanup too, and only once.
+	stopA func()
+}
+
+func startPair(t *testing.T) *pair {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &pair{dir: dir, rosterFile: filepath.Join(dir, "members.json"),
+		caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key")}
+	for path, b := range map[string][]byte{f.caFile: ca.CertPEM, f.certFile: kp.CertPEM, f.keyFile: kp.KeyPEM} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := func(addr string) string {
+		_, port, _ := net.SplitHostPort(addr)
+		return "https://localhost:" + port
+	}
+	aPeer, aClient := freeAddr(t), freeAddr(t)
+	f.bPeer, f.bClient = freeAddr(t), freeAddr(t)
+	f.a = etcd.Peer{Name: "a", PeerURL: url(aPeer), ClientURL: url(aClient)}
+	f.b = etcd.Peer{Name: "b", PeerURL: url(f.bPeer), ClientURL: url(f.bClient)}
+	ma, err := member.Start(context.Background(), member.Config{
+		Name: "a", DataDir: filepath.Join(dir, "a"), PeerURL: f.a.PeerURL, ClientURL: f.a.ClientURL,
+		ListenPeerAddress: aPeer, ListenClientAddress: aClient, CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile,
+		Roster: etcd.InitialRoster("k3k-test", f.a), Logger: zap.NewNop(), UnsafeNoFsync: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	f.stopA = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = ma.Close(ctx)
+		})
+	}
+	t.Cleanup(f.stopA)
+	<-ma.ReadyNotify()
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM)
+	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tls = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	f.cl = etcd.NewClient(etcd.ClientConfig{TLS: f.tls})
+	t.Cleanup(func() { f.cl.Close() })
+	return f
+}
+
+// addB adds b as a learner through a and publishes the roster, as the
+// controller does; it returns b's member ID and the roster written.
+func (f *pair) addB(t *testing.T, ctx context.Context) (uint64, etcd.Roster) {
+	t.Helper()
+	if err := f.cl.AddLearner(ctx, f.a.ClientURL, f.b.PeerURL); err != nil {
+		t.Fatal(err)
+	}
+	list, err := f.cl.MemberList(ctx, f.a.ClientURL, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := etcd.Roster{State: etcd.ClusterStateExisting, Token: "k3k-test"}
+	var id uint64
+	for _, m := range list {
+		name := m.Name
+		if m.PeerURLs[0] == f.b.PeerURL {
+			name, id = "b", m.ID
+		}
+		r.Members = append(r.Members, etcd.RosterMember{Name: name, PeerURL: m.PeerURLs[0], ID: etcd.FormatID(m.ID), Started: m.Name != ""})
+	}
+	writeRoster(t, f.rosterFile, r)
+	return id, r
+}
+
 func writeRoster(t *testing.T, path string, r etcd.Roster) {
 	t.Helper()
 	raw, err := json.Marshal(r)
@@ -243,77 +274,11 @@ func waitReadyz(t *testing.T, p *proc, want int) {
 // --force-new-cluster, alone with all its data, and records the request so a
 // later start does not rebuild again.
 func TestTheSidecarRebuildsOnlyWhenItsRunningMemberHasNoQuorum(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, certFile, keyFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	for path, b := range map[string][]byte{caFile: ca.CertPEM, certFile: kp.CertPEM, keyFile: kp.KeyPEM} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	url := func(addr string) string {
-		_, port, _ := net.SplitHostPort(addr)
-		return "https://localhost:" + port
-	}
-	aPeer, aClient, bPeer, bClient := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	a := etcd.Peer{Name: "a", PeerURL: url(aPeer), ClientURL: url(aClient)}
-	b := etcd.Peer{Name: "b", PeerURL: url(bPeer), ClientURL: url(bClient)}
-	ma, err := member.Start(context.Background(), member.Config{
-		Name: "a", DataDir: filepath.Join(dir, "a"), PeerURL: a.PeerURL, ClientURL: a.ClientURL,
-		ListenPeerAddress: aPeer, ListenClientAddress: aClient, CAFile: caFile, CertFile: certFile, KeyFile: keyFile,
-		Roster: etcd.InitialRoster("k3k-test", a), Logger: zap.NewNop(), UnsafeNoFsync: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	aRunning := true
-	stopA := func() {
-		if !aRunning {
-			return
-		}
-		aRunning = false
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = ma.Close(ctx)
-	}
-	t.Cleanup(stopA)
-	<-ma.ReadyNotify()
-
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CertPEM)
-	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsCfg := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	cl := etcd.NewClient(etcd.ClientConfig{TLS: tlsCfg})
-	defer cl.Close()
+	f := startPair(t)
+	dir, a, b, bPeer, bClient, cl, rosterFile, tlsCfg := f.dir, f.a, f.b, f.bPeer, f.bClient, f.cl, f.rosterFile, f.tls
+	caFile, certFile, keyFile, stopA := f.caFile, f.certFile, f.keyFile, f.stopA
 	ctx := context.Background()
-	rosterFile := filepath.Join(dir, "members.json")
-	if err := cl.AddLearner(ctx, a.ClientURL, b.PeerURL); err != nil {
-		t.Fatal(err)
-	}
-	list, err := cl.MemberList(ctx, a.ClientURL, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roster := etcd.Roster{State: etcd.ClusterStateExisting, Token: "k3k-test"}
-	var bID uint64
-	for _, m := range list {
-		name := m.Name
-		if m.PeerURLs[0] == b.PeerURL {
-			name, bID = "b", m.ID
-		}
-		roster.Members = append(roster.Members, etcd.RosterMember{Name: name, PeerURL: m.PeerURLs[0], ID: etcd.FormatID(m.ID), Started: m.Name != ""})
-	}
-	writeRoster(t, rosterFile, roster)
+	bID, roster := f.addB(t, ctx)
 
 	bData := filepath.Join(dir, "b", "data")
 	health := freeAddr(t)
