@@ -9,12 +9,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -56,25 +54,11 @@ func TestARemovedMembersSidecarSetsItsDataAsideAndJoinsAgain(t *testing.T) {
 
 	health := freeAddr(t)
 	bData := filepath.Join(dir, "b", "data")
-	cmd := exec.Command(binary, "etcd", "--name=b", "--data-dir="+bData, "--peer-url="+b.PeerURL, "--client-url="+b.ClientURL,
-		"--listen-peer-address="+bPeer, "--listen-client-address="+bClient, "--members-file="+rosterFile,
-		"--ca-file="+filepath.Join(dir, "ca.crt"), "--cert-file="+filepath.Join(dir, "tls.crt"), "--key-file="+filepath.Join(dir, "tls.key"),
-		"--health-address="+health, "--metrics-address="+freeAddr(t), "--termination-message-path="+filepath.Join(dir, "termination-log"))
-	p := &proc{cmd: cmd, done: make(chan struct{}), healthURL: "http://" + health}
-	cmd.Stdout, cmd.Stderr = lockedWriter{p}, lockedWriter{p}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	firstID := addB()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("datastore etcd output:\n%s", p.output())
-		}
-	})
+	p := spawn(t, health, "etcd", "--name=b", "--data-dir="+bData, "--peer-url="+b.PeerURL, "--client-url="+b.ClientURL,
+		"--listen-peer-address="+bPeer, "--listen-client-address="+bClient, "--members-file="+rosterFile,
+		"--ca-file="+f.caFile, "--cert-file="+f.certFile, "--key-file="+f.keyFile,
+		"--health-address="+health, "--metrics-address="+freeAddr(t), "--termination-message-path="+filepath.Join(dir, "termination-log"))
 	promote(firstID)
 	waitReadyz(t, p, http.StatusOK)
 
@@ -102,7 +86,7 @@ func TestARemovedMembersSidecarSetsItsDataAsideAndJoinsAgain(t *testing.T) {
 	time.Sleep(3 * rosterPollInterval)
 	select {
 	case <-p.done:
-		t.Fatalf("the sidecar exited after its member's removal: %v", cmd.ProcessState)
+		t.Fatalf("the sidecar exited after its member's removal: %v", p.cmd.ProcessState)
 	default:
 	}
 	if code, body := get(p.healthURL + "/healthz"); code != http.StatusOK {
@@ -287,25 +271,10 @@ func TestTheSidecarRebuildsOnlyWhenItsRunningMemberHasNoQuorum(t *testing.T) {
 	// the container.
 	startB := func() *proc {
 		t.Helper()
-		cmd := exec.Command(binary, "etcd", "--name=b", "--data-dir="+bData, "--peer-url="+b.PeerURL, "--client-url="+b.ClientURL,
+		return spawn(t, health, "etcd", "--name=b", "--data-dir="+bData, "--peer-url="+b.PeerURL, "--client-url="+b.ClientURL,
 			"--listen-peer-address="+bPeer, "--listen-client-address="+bClient, "--members-file="+rosterFile,
 			"--ca-file="+caFile, "--cert-file="+certFile, "--key-file="+keyFile,
 			"--health-address="+health, "--metrics-address="+metrics, "--termination-message-path=")
-		p := &proc{cmd: cmd, done: make(chan struct{}), healthURL: "http://" + health}
-		cmd.Stdout, cmd.Stderr = lockedWriter{p}, lockedWriter{p}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = cmd.Wait(); close(p.done) }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-p.done
-			if t.Failed() {
-				t.Logf("datastore etcd output:\n%s", p.output())
-			}
-		})
-		return p
 	}
 	kill := func(p *proc) {
 		t.Helper()

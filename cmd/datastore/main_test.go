@@ -93,8 +93,17 @@ func startProcWith(t *testing.T, dir string, extra ...string) *proc {
 
 func launch(t *testing.T, dir, listen, health string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{done: make(chan struct{}), endpoint: "http://" + listen, healthURL: "http://" + health}
-	args := append([]string{"sqlite", "--data-dir", dir, "--listen-address", listen, "--health-address", health}, extra...)
+	p := spawn(t, health, append([]string{"sqlite", "--data-dir", dir, "--listen-address", listen, "--health-address", health}, extra...)...)
+	p.endpoint = "http://" + listen
+	return p
+}
+
+// spawn starts the datastore binary with args, its health server on health,
+// killed with the test (and with the test process); its output is logged when
+// the test failed.
+func spawn(t *testing.T, health string, args ...string) *proc {
+	t.Helper()
+	p := &proc{done: make(chan struct{}), healthURL: "http://" + health}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
