@@ -14,9 +14,9 @@ import (
 	"github.com/k3s-io/kine/pkg/drivers/generic"
 	kinesqlite "github.com/k3s-io/kine/pkg/drivers/sqlite"
 	"github.com/k3s-io/kine/pkg/endpoint"
-	"go.etcd.io/etcd/pkg/v3/featuregate"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.etcd.io/etcd/server/v3/features"
+
+	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
 )
 
 // serveKine runs kine the way its own binary does with no flags: the stock
@@ -48,19 +48,14 @@ func serveKine(dir, addr string) error {
 
 // serveEtcd runs one etcd member with embed's defaults (fsync on). With
 // checkEvery > 0 it turns on the corruption checks the datastore sidecar's
-// members run (pkg/datastore/etcd/member: InitialCorruptCheck,
-// CompactHashCheck and the periodic check), the periodic one every checkEvery
+// members run (member.EnableCorruptionChecks), the periodic one every checkEvery
 // so that hash passes happen during a short run.
 func serveEtcd(dir, addr string, checkEvery time.Duration) error {
 	cfg := embed.NewConfig()
 	if checkEvery > 0 {
-		if err := cfg.ServerFeatureGate.(featuregate.MutableFeatureGate).SetFromMap(map[string]bool{
-			string(features.InitialCorruptCheck): true,
-			string(features.CompactHashCheck):    true,
-		}); err != nil {
-			return fmt.Errorf("enabling etcd's corruption checks: %w", err)
+		if err := member.EnableCorruptionChecks(cfg, checkEvery); err != nil {
+			return err
 		}
-		cfg.CorruptCheckTime = checkEvery
 	}
 	cfg.Dir = filepath.Join(dir, "etcd")
 	cfg.LogLevel = "error"

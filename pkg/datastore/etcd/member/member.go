@@ -454,17 +454,9 @@ func embedConfig(cfg Config, b Bootstrap) (*embed.Config, error) {
 	if cfg.ElectionMs > 0 {
 		ec.ElectionMs = cfg.ElectionMs
 	}
-	// etcd's corruption checks: a member whose data differs from its peers'
-	// refuses to start, and the leader compares the followers' hashes at each
-	// compaction and every CorruptCheckTime, raising CORRUPT on a mismatch
-	// (see docs/etcd.md for what an operator does then).
-	if err := ec.ServerFeatureGate.(featuregate.MutableFeatureGate).SetFromMap(map[string]bool{
-		string(features.InitialCorruptCheck): true,
-		string(features.CompactHashCheck):    true,
-	}); err != nil {
-		return nil, fmt.Errorf("enabling etcd's corruption checks: %w", err)
+	if err := EnableCorruptionChecks(ec, CorruptCheckInterval); err != nil {
+		return nil, err
 	}
-	ec.CorruptCheckTime = CorruptCheckInterval
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	if cfg.Logger != nil {
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger)
@@ -590,4 +582,21 @@ func (m *Member) Close(ctx context.Context) error {
 // String names the member for logs.
 func (m *Member) String() string {
 	return m.cfg.Name + "/" + strconv.FormatUint(m.ID(), 16)
+}
+
+// EnableCorruptionChecks turns on in ec the corruption checks every member
+// runs: a member whose data differs from its peers' refuses to start
+// (InitialCorruptCheck), and the leader compares the followers' hashes at
+// each compaction (CompactHashCheck) and every interval, raising CORRUPT on a
+// mismatch (docs/etcd.md says what an operator does then). The datastore
+// benchmark measures their cost with the same settings.
+func EnableCorruptionChecks(ec *embed.Config, interval time.Duration) error {
+	if err := ec.ServerFeatureGate.(featuregate.MutableFeatureGate).SetFromMap(map[string]bool{
+		string(features.InitialCorruptCheck): true,
+		string(features.CompactHashCheck):    true,
+	}); err != nil {
+		return fmt.Errorf("enabling etcd's corruption checks: %w", err)
+	}
+	ec.CorruptCheckTime = interval
+	return nil
 }
