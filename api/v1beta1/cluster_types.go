@@ -95,7 +95,7 @@ type Cluster struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.clusterCIDR) ? self.clusterCIDR : '-') == (has(oldSelf.clusterCIDR) ? oldSelf.clusterCIDR : '-')",message="clusterCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '-') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '-')",message="serviceCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterDNS) || !has(self.serviceCIDR) || !isIP(self.clusterDNS) || !isCIDR(self.serviceCIDR) || cidr(self.serviceCIDR).containsIP(self.clusterDNS)",message="clusterDNS must be an address inside serviceCIDR"
-// +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.etcd) || !has(self.datastore.etcd.quotaBackendSize) || !isQuantity(self.datastore.etcd.quotaBackendSize) || (has(self.persistence) && has(self.persistence.type) && self.persistence.type == 'ephemeral') || quantity(self.datastore.etcd.quotaBackendSize).compareTo(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')) <= 0",message="datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize (unset means 2Gi): the database must fit on the server volume"
+// +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.etcd) || !has(self.datastore.etcd.quotaBackendSize) || !isQuantity(self.datastore.etcd.quotaBackendSize) || quantity(self.datastore.etcd.quotaBackendSize).compareTo(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')) <= 0",message="datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize (unset, and with ephemeral persistence, 2Gi): the database must fit on the server volume"
 // +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')).compareTo(has(oldSelf.persistence) && has(oldSelf.persistence.storageRequestSize) && isQuantity(oldSelf.persistence.storageRequestSize) ? quantity(oldSelf.persistence.storageRequestSize) : quantity('2Gi')) >= 0",message="persistence.storageRequestSize may only grow (unset means 2Gi)"
 type ClusterSpec struct {
 	// Mode is how workloads run: shared (the virtual cluster's pods run as host
@@ -439,7 +439,8 @@ type EtcdDatastoreConfig struct {
 	// the NOSPACE alarm and refuses every write that adds data (etcd's
 	// --quota-backend-bytes). Empty means etcd's default, 2Gi. Between 256Mi
 	// and 8Gi (etcd's suggested maximum), and no larger than the server
-	// volume. Raising it is how a cluster whose live data outgrew the quota
+	// volume (2Gi with ephemeral persistence, whose emptyDir has no size of
+	// its own to hold it to). Raising it is how a cluster whose live data outgrew the quota
 	// gets writable again (docs/etcd.md, Alarms); a change restarts the
 	// members one at a time.
 	// +kubebuilder:validation:XValidation:rule="isQuantity(self) && quantity(self).compareTo(quantity('256Mi')) >= 0 && quantity(self).compareTo(quantity('8Gi')) <= 0",message="datastore.etcd.quotaBackendSize must be a quantity between 256Mi and 8Gi"

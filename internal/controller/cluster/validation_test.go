@@ -64,6 +64,11 @@ func TestAdmissionRejectsInvalidSpecs(t *testing.T) {
 			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
 			c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "4Gi"}
 		}, "datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize"},
+		{"an etcd quota above 2Gi on ephemeral volumes is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+			c.Spec.Persistence.Type = v1beta1.EphemeralPersistence
+			c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "4Gi"}
+		}, "datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize"},
 		{"etcd settings with sqlite are refused", func(c *v1beta1.Cluster) {
 			c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
 			c.Spec.Datastore.Etcd = &v1beta1.EtcdDatastoreConfig{QuotaBackendSize: "1Gi"}
