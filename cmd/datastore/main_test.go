@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/k3k-io/k3k/internal/testenv"
 )
 
 // binary is the datastore command built once for the process tests, the way it
@@ -156,12 +157,7 @@ func get(url string) (int, string) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testenv.FreeAddr(t, "127.0.0.1")
 }
 
 // runToExit runs the binary to completion and returns its exit code and output.

@@ -3,7 +3,6 @@ package testenv
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -82,7 +81,7 @@ func StartAPIServer(ctx context.Context, cfg APIServerConfig) (*APIServer, error
 			return nil, fmt.Errorf("writing %s: %w", name, err)
 		}
 	}
-	port, err := freePort()
+	port, err := FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -160,18 +159,3 @@ func (s *APIServer) Stop() error {
 
 // Exited reports whether the process has ended.
 func (s *APIServer) Exited() bool { return s.proc.exited() }
-
-// freePort asks the kernel for a free loopback port. Another process may take it
-// before kube-apiserver binds; that shows up as a start failure, not a hang.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, errors.New("unexpected listener address")
-	}
-	return addr.Port, nil
-}

@@ -34,11 +34,11 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
-	clientPort, err := freePort()
+	clientPort, err := FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	peerPort, err := freePort()
+	peerPort, err := FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}

@@ -119,10 +119,11 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	port, err := testenv.FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	self, _ := os.Executable()
 	var cmd *exec.Cmd
 	switch name {
@@ -231,15 +232,6 @@ func waitServing(ctx context.Context, c *clientv3.Client) error {
 			return err
 		}
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // rssMiB is the peak resident set (VmHWM) of pid.

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
 	"github.com/k3k-io/k3k/pkg/pki"
@@ -125,12 +126,11 @@ func nextIP() net.IP {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	port, err := testenv.FreePort("0.0.0.0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // cluster is a set of members in one process: the test's stand-in for the

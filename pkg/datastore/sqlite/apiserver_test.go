@@ -124,7 +124,7 @@ func TestKubeAPIServerCreatesUpdatesDeletesListsAndWatches(t *testing.T) {
 
 func TestRestartOnAnotherAddressServesEveryObject(t *testing.T) {
 	dir := t.TempDir()
-	first, err := Open(testContext(t), Config{DataDir: dir, ListenAddress: freeAddr(t, "127.0.0.2")})
+	first, err := Open(testContext(t), Config{DataDir: dir, ListenAddress: testenv.FreeAddr(t, "127.0.0.2")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestRestartOnAnotherAddressServesEveryObject(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	second := openT(t, Config{DataDir: dir, ListenAddress: freeAddr(t, "127.0.0.3")})
+	second := openT(t, Config{DataDir: dir, ListenAddress: testenv.FreeAddr(t, "127.0.0.3")})
 	if !strings.HasPrefix(second.Endpoint(), "http://127.0.0.3:") {
 		t.Fatalf("endpoint %s, want one on 127.0.0.3", second.Endpoint())
 	}

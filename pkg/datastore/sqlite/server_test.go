@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -334,15 +333,4 @@ func mountTmpfs(t *testing.T, dir, opts string) {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
-}
-
-// freeAddr returns host:port with a port that was free a moment ago.
-func freeAddr(t *testing.T, host string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatalf("listen on %s: %v", host, err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
