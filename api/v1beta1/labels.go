@@ -15,6 +15,9 @@ const (
 	ComponentServer = "server"
 	// ComponentAgent is the LabelComponent value of the agent's pods.
 	ComponentAgent = "agent"
+	// ComponentBackup is the LabelComponent value of the backup CronJob, its
+	// Jobs and their pods.
+	ComponentBackup = "backup"
 )
 
 // AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
