@@ -204,5 +204,3 @@ func (s *clusterSource) Receive(ctx context.Context, data *os.File) (snapshot.Ma
 	m, err := snapshotter.Receive(ctx, snapshotter.Source{Config: s.config, Cluster: c, Pod: pod, Datastore: ds}, data)
 	return m, token, err
 }
-
-

@@ -154,7 +154,9 @@ func runSnapshot(ctx context.Context, o Options, s *session, rc *rest.Config, f 
 
 // datastoreInEffect is the datastore type the controller resolved, else the
 // one asked for.
-func datastoreInEffect(c *v1beta1.Cluster) v1beta1.DatastoreType { return snapshotter.DatastoreInEffect(c) }
+func datastoreInEffect(c *v1beta1.Cluster) v1beta1.DatastoreType {
+	return snapshotter.DatastoreInEffect(c)
+}
 
 // snapshotSource picks the server pod to take the snapshot in (snapshotter.PickPod).
 func snapshotSource(pods []corev1.Pod) *corev1.Pod { return snapshotter.PickPod(pods) }
