@@ -114,6 +114,11 @@ func (r *Reconciler) checkBackup(ctx context.Context, c *v1beta1.Cluster, o *obs
 		o.backup.problem, o.backup.problemMessage, o.backup.checked = reason, msg, true
 		return nil
 	}
+	if r.Config.BackupExecClusterRole == "" {
+		o.backup.problem, o.backup.checked = v1beta1.ReasonBackupUnsupported, true
+		o.backup.problemMessage = "this controller runs without --backup-exec-cluster-role (the chart sets it): a backup Job could not reach the server pods"
+		return nil
+	}
 	claim := &corev1.PersistentVolumeClaim{}
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.Backup.ClaimName}, claim)
 	switch {
