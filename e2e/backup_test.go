@@ -36,7 +36,7 @@ func TestScheduledSnapshots(t *testing.T) {
 	ctx := context.Background()
 	v := createCluster(t, "scheduled", "--datastore", "sqlite", "--persistence-type", "dynamic")
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: v.namespace, Name: "snapshots"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: v.namespace, Name: "snapshots", Labels: map[string]string{v1beta1.LabelBackupFor: v.name}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},

@@ -266,8 +266,9 @@ type ClusterSpec struct {
 // by claimName, rather than to one the controller would create: a backup
 // that is deleted with what it backs up is no backup, and the claim's size,
 // class, access mode and lifetime are the owner's choice. The controller
-// never creates, resizes or deletes it. Claims k3k made (the server volumes)
-// are refused: snapshots would fill the volume they are taken of.
+// never creates, resizes or deletes it. The claim must be labelled
+// k3k.io/backup-for=<cluster>; claims k3k made (the server volumes) are
+// refused: snapshots would fill the volume they are taken of.
 type BackupConfig struct {
 	// Schedule is when a snapshot is taken, in cron syntax (five fields,
 	// minute hour day-of-month month day-of-week, in UTC, or a macro such as
@@ -290,8 +291,11 @@ type BackupConfig struct {
 	Keep int32 `json:"keep,omitempty"`
 
 	// ClaimName is a PersistentVolumeClaim in the Cluster's namespace that
-	// holds the snapshots; it must exist. A name only: the claim is always the
-	// Cluster's namespace's.
+	// holds the snapshots. It must exist and carry the label
+	// k3k.io/backup-for=<cluster name>: the claim's owner hands it over, so
+	// that whoever may create a Cluster cannot have the backup Job mount
+	// (and, through fsGroup, change the group of) any claim of the
+	// namespace. A name only: the claim is always the Cluster's namespace's.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`

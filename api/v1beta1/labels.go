@@ -20,6 +20,14 @@ const (
 	ComponentBackup = "backup"
 )
 
+// LabelBackupFor on a PersistentVolumeClaim hands it to the scheduled
+// snapshots of the Cluster its value names (spec.backup.claimName): whoever
+// may label the claim consents to the backup Job mounting it, writing
+// snapshots onto it and, through fsGroup, changing the group of what it
+// holds. Without it a Cluster's creator could point the Job at any claim of
+// the namespace.
+const LabelBackupFor = "k3k.io/backup-for"
+
 // AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
 // loss (`k3kcli cluster recover NAME` sets it; the value identifies the
 // request). The controller rebuilds the cluster from the most advanced

@@ -130,6 +130,9 @@ func (r *Reconciler) checkBackup(ctx context.Context, c *v1beta1.Cluster, o *obs
 	case claim.Labels[v1beta1.LabelManagedBy] == v1beta1.ManagedByValue || claim.Labels[v1beta1.LabelCluster] != "":
 		o.backup.problem = v1beta1.ReasonBackupClaimRefused
 		o.backup.problemMessage = fmt.Sprintf("backup.claimName: PersistentVolumeClaim %s belongs to a k3k cluster (a server volume): snapshots must go to a claim of their own", claim.Name)
+	case claim.Labels[v1beta1.LabelBackupFor] != c.Name:
+		o.backup.problem = v1beta1.ReasonBackupClaimRefused
+		o.backup.problemMessage = fmt.Sprintf("backup.claimName: PersistentVolumeClaim %s is not labelled %s=%s; label it to hand it to this cluster's backups (their Job writes onto it and sets its group through fsGroup)", claim.Name, v1beta1.LabelBackupFor, c.Name)
 	}
 	o.backup.checked = true
 	return nil

@@ -76,7 +76,7 @@ func TestBackupCronJobRunsRestrictedWithNarrowRights(t *testing.T) {
 	r.Config.BackupExecClusterRole = "k3k-backup-exec"
 	ns := newNamespace(t)
 	ctx := context.Background()
-	createClaim(t, ns, backupClaim, nil)
+	createClaim(t, ns, backupClaim, map[string]string{v1beta1.LabelBackupFor: "nightly"})
 	c := createCluster(t, newCluster(ns, "nightly", withBackup("0 3 * * *", 3)))
 	reconcileOnce(t, r, c)
 	name := layout.BackupName(c.Name)
@@ -252,7 +252,7 @@ func TestBackupStatusComesFromTheFinishedJobs(t *testing.T) {
 	r.Recorder = rec
 	ns := newNamespace(t)
 	ctx := context.Background()
-	createClaim(t, ns, backupClaim, nil)
+	createClaim(t, ns, backupClaim, map[string]string{v1beta1.LabelBackupFor: "hourly"})
 	c := createCluster(t, newCluster(ns, "hourly", withBackup("@hourly", 2)))
 	reconcileOnce(t, r, c)
 	drainEvents(rec)
@@ -320,7 +320,7 @@ func TestRemovingBackupKeepsTheClaim(t *testing.T) {
 	r, writes := newReconciler(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
-	createClaim(t, ns, backupClaim, nil)
+	createClaim(t, ns, backupClaim, map[string]string{v1beta1.LabelBackupFor: "weekly"})
 	c := createCluster(t, newCluster(ns, "weekly", withBackup("@weekly", 7)))
 	reconcileOnce(t, r, c)
 	name := layout.BackupName(c.Name)
@@ -360,7 +360,8 @@ func TestRemovingBackupKeepsTheClaim(t *testing.T) {
 // False condition with its reason, and no CronJob.
 func TestBackupThatCannotRunSaysWhy(t *testing.T) {
 	ns := newNamespace(t)
-	createClaim(t, ns, backupClaim, nil)
+	createClaim(t, ns, backupClaim, map[string]string{v1beta1.LabelBackupFor: "cannot-0"})
+	createClaim(t, ns, "someones-data", map[string]string{v1beta1.LabelBackupFor: "another-cluster"})
 	serverVolume := "data-k3k-victim-server-0"
 	createClaim(t, ns, serverVolume, map[string]string{v1beta1.LabelManagedBy: v1beta1.ManagedByValue, v1beta1.LabelCluster: "victim"})
 	cases := []struct {
@@ -379,6 +380,10 @@ func TestBackupThatCannotRunSaysWhy(t *testing.T) {
 			withBackup("@daily", 2)(c)
 			c.Spec.Backup.ClaimName = serverVolume
 		}, nil, v1beta1.ReasonBackupClaimRefused, "belongs to a k3k cluster"},
+		{"a claim not handed to this cluster", func(c *v1beta1.Cluster) {
+			withBackup("@daily", 2)(c)
+			c.Spec.Backup.ClaimName = "someones-data"
+		}, nil, v1beta1.ReasonBackupClaimRefused, "is not labelled k3k.io/backup-for=cannot-3"},
 		{"external by default", func(c *v1beta1.Cluster) {
 			withBackup("@daily", 2)(c)
 			c.Spec.Datastore.Type = ""
