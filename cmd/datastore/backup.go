@@ -199,7 +199,7 @@ func (s *clusterSource) Receive(ctx context.Context, data *os.File) (snapshot.Ma
 	}
 	token := secret.Data[layout.SecretKeyToken]
 	if len(token) == 0 {
-		return snapshot.Manifest{}, nil, fmt.Errorf("Secret %s holds no token yet", tokenName)
+		return snapshot.Manifest{}, nil, fmt.Errorf("the token Secret %s holds no token yet", tokenName)
 	}
 	m, err := snapshotter.Receive(ctx, snapshotter.Source{Config: s.config, Cluster: c, Pod: pod, Datastore: ds}, data)
 	return m, token, err
