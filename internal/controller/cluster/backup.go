@@ -93,8 +93,9 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, c *v1beta1.Cluster, o 
 		return ctrl.Result{}, err
 	}
 	for _, rb := range []*rbacv1.RoleBinding{DesiredBackupRoleBinding(c), DesiredBackupExecRoleBinding(c, r.Config.BackupExecClusterRole)} {
-		// A RoleBinding's roleRef is immutable; it never changes here but
-		// for the chart's ClusterRole name, which a new binding would need.
+		if err := r.replaceIfRoleRefChanged(ctx, c, rb); err != nil {
+			return ctrl.Result{}, err
+		}
 		if err := ensure(ctx, r.Client, c, rb, func(live, d *rbacv1.RoleBinding) { live.Subjects = d.Subjects }); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -135,6 +136,27 @@ func (r *Reconciler) checkBackup(ctx context.Context, c *v1beta1.Cluster, o *obs
 		o.backup.problemMessage = fmt.Sprintf("backup.claimName: PersistentVolumeClaim %s is not labelled %s=%s; label it to hand it to this cluster's backups (their Job writes onto it and sets its group through fsGroup)", claim.Name, v1beta1.LabelBackupFor, c.Name)
 	}
 	o.backup.checked = true
+	return nil
+}
+
+// replaceIfRoleRefChanged deletes c's live binding of desired's name when it
+// refers to another role (the chart's ClusterRole was renamed): a roleRef is
+// immutable, so only a new binding can change it; ensure then creates it.
+func (r *Reconciler) replaceIfRoleRefChanged(ctx context.Context, c *v1beta1.Cluster, desired *rbacv1.RoleBinding) error {
+	live := &rbacv1.RoleBinding{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("getting RoleBinding %s: %w", desired.Name, err)
+	}
+	if live.RoleRef == desired.RoleRef || !metav1.IsControlledBy(live, c) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, live); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting RoleBinding %s to replace its roleRef: %w", desired.Name, err)
+	}
 	return nil
 }
 

@@ -472,3 +472,26 @@ func createRaw(obj map[string]any) error {
 	u := &unstructured.Unstructured{Object: obj}
 	return k8s.Create(context.Background(), u)
 }
+
+// TestBackupExecBindingFollowsARenamedClusterRole: a roleRef is immutable, so
+// when the chart's exec ClusterRole gets another name the binding is
+// replaced, after which reconciles write nothing again.
+func TestBackupExecBindingFollowsARenamedClusterRole(t *testing.T) {
+	r, writes := newReconciler(t)
+	ns := newNamespace(t)
+	createClaim(t, ns, backupClaim, map[string]string{v1beta1.LabelBackupFor: "renamed"})
+	c := createCluster(t, newCluster(ns, "renamed", withBackup("@daily", 2)))
+	reconcileOnce(t, r, c)
+	r.Config.BackupExecClusterRole = "prod-k3k-backup-exec"
+	reconcileOnce(t, r, c)
+	rb := &rbacv1.RoleBinding{}
+	get(t, c, layout.BackupName(c.Name)+"-exec", rb)
+	if rb.RoleRef.Name != "prod-k3k-backup-exec" {
+		t.Fatalf("the exec binding still refers to %s", rb.RoleRef.Name)
+	}
+	before := writes.count()
+	reconcileOnce(t, r, c)
+	if n := writes.count() - before; n != 0 {
+		t.Fatalf("a reconcile after the replacement wrote %d times", n)
+	}
+}
