@@ -15,6 +15,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/internal/controller/cluster"
+	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/snapshot"
 	"github.com/k3k-io/k3k/pkg/snapshotter"
 )
@@ -231,5 +236,28 @@ current-context: c
 				t.Fatalf("the failed run left %v", left)
 			}
 		})
+	}
+}
+
+// TestTheControllersBackupCommandLineParses parses the command line the
+// controller gives the backup Job (cluster.BackupArgs) with this binary's own
+// flags: the two sides of the contract cannot drift apart.
+func TestTheControllersBackupCommandLineParses(t *testing.T) {
+	c := &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "demo"},
+		Spec: v1beta1.ClusterSpec{Backup: &v1beta1.BackupConfig{Schedule: "@daily", Keep: 4, ClaimName: "snapshots"}}}
+	args := cluster.BackupArgs(c)
+	root := newRootCommand()
+	cmd, rest, err := root.Find(args)
+	if err != nil || cmd.Name() != "backup" || len(rest) == 0 {
+		t.Fatalf("%v does not name the backup command: %v", args, err)
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatalf("datastore backup refuses the controller's flags %v: %v", rest, err)
+	}
+	want := map[string]string{"namespace": "tenants", "cluster": "demo", "dir": layout.BackupDir, "keep": "4", "result-file": "/dev/termination-log"}
+	for name, value := range want {
+		if got := cmd.Flags().Lookup(name).Value.String(); got != value {
+			t.Errorf("--%s = %q, want %q", name, got, value)
+		}
 	}
 }
