@@ -164,11 +164,11 @@ func (r *Reconciler) replaceIfRoleRefChanged(ctx context.Context, c *v1beta1.Clu
 // CronJob's Jobs and pods go with it (background deletion). Never the claim.
 func (r *Reconciler) removeBackup(ctx context.Context, c *v1beta1.Cluster) error {
 	name := layout.BackupName(c.Name)
-	meta := metav1.ObjectMeta{Namespace: c.Namespace, Name: name}
-	execMeta := metav1.ObjectMeta{Namespace: c.Namespace, Name: name + "-exec"}
+	om := metav1.ObjectMeta{Namespace: c.Namespace, Name: name}
+	execOM := metav1.ObjectMeta{Namespace: c.Namespace, Name: name + "-exec"}
 	for _, obj := range []client.Object{
-		&batchv1.CronJob{ObjectMeta: meta}, &rbacv1.RoleBinding{ObjectMeta: execMeta}, &rbacv1.RoleBinding{ObjectMeta: meta},
-		&rbacv1.Role{ObjectMeta: meta}, &corev1.ServiceAccount{ObjectMeta: meta},
+		&batchv1.CronJob{ObjectMeta: om}, &rbacv1.RoleBinding{ObjectMeta: execOM}, &rbacv1.RoleBinding{ObjectMeta: om},
+		&rbacv1.Role{ObjectMeta: om}, &corev1.ServiceAccount{ObjectMeta: om},
 	} {
 		// Read from the cache first: an unchanged Cluster without backup
 		// writes nothing, not even a delete that finds nothing.
