@@ -96,6 +96,7 @@ type Cluster struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '-') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '-')",message="serviceCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterDNS) || !has(self.serviceCIDR) || !isIP(self.clusterDNS) || !isCIDR(self.serviceCIDR) || cidr(self.serviceCIDR).containsIP(self.clusterDNS)",message="clusterDNS must be an address inside serviceCIDR"
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.etcd) || !has(self.datastore.etcd.quotaBackendSize) || !isQuantity(self.datastore.etcd.quotaBackendSize) || quantity(self.datastore.etcd.quotaBackendSize).compareTo(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')) <= 0",message="datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize (unset, and with ephemeral persistence, 2Gi): the database must fit on the server volume"
+// +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'external'",message="backup: scheduled snapshots are not supported with datastore.type external (k3k does not hold its data): back it up with the datastore's own tools"
 // +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')).compareTo(has(oldSelf.persistence) && has(oldSelf.persistence.storageRequestSize) && isQuantity(oldSelf.persistence.storageRequestSize) ? quantity(oldSelf.persistence.storageRequestSize) : quantity('2Gi')) >= 0",message="persistence.storageRequestSize may only grow (unset means 2Gi)"
 type ClusterSpec struct {
 	// Mode is how workloads run: shared (the virtual cluster's pods run as host
@@ -249,6 +250,56 @@ type ClusterSpec struct {
 	// the host copies of the virtual Services. Off unless enabled.
 	// +optional
 	Ingresses *IngressSyncConfig `json:"ingresses,omitempty"`
+
+	// Backup takes snapshots of the datastore on a schedule (a CronJob
+	// k3k-<name>-backup in the Cluster's namespace) onto a volume claim of the
+	// namespace. Removing it removes the CronJob and its rights, never the
+	// claim or the snapshots on it. Not for datastore.type external, whose
+	// data k3k does not hold: back that up with its own tools.
+	// +optional
+	Backup *BackupConfig `json:"backup,omitempty"`
+}
+
+// BackupConfig is a Cluster's scheduled snapshots (docs/backup.md).
+//
+// The snapshots go to a PersistentVolumeClaim the Cluster's owner made, named
+// by claimName, rather than to one the controller would create: a backup
+// that is deleted with what it backs up is no backup, and the claim's size,
+// class, access mode and lifetime are the owner's choice. The controller
+// never creates, resizes or deletes it. The claim must be labelled
+// k3k.io/backup-for=<cluster>; claims k3k made (the server volumes) are
+// refused: snapshots would fill the volume they are taken of.
+type BackupConfig struct {
+	// Schedule is when a snapshot is taken, in cron syntax (five fields,
+	// minute hour day-of-month month day-of-week, in UTC, or a macro such as
+	// @daily), as a CronJob's schedule. A run that would start while the
+	// previous one is still running is skipped.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|[0-9A-Za-z*/,?-]+( +[0-9A-Za-z*/,?-]+){4})$')",message="backup.schedule must be a cron schedule of five fields (minute hour day-of-month month day-of-week, e.g. '0 3 * * *') or a macro such as @daily; time zones (CRON_TZ=, TZ=) are not supported: schedules are in UTC",reason=FieldValueInvalid
+	Schedule string `json:"schedule"`
+
+	// Keep is how many of this cluster's snapshots stay on the claim; after
+	// each successful snapshot the oldest beyond it are deleted. Only files
+	// the backup wrote (named <cluster>-<time>-r<revision>.k3ksnap) count and
+	// are ever deleted. Each snapshot holds every secret of the cluster, so
+	// fewer is safer. Default 7.
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Keep int32 `json:"keep,omitempty"`
+
+	// ClaimName is a PersistentVolumeClaim in the Cluster's namespace that
+	// holds the snapshots. It must exist and carry the label
+	// k3k.io/backup-for=<cluster name>: the claim's owner hands it over, so
+	// that whoever may create a Cluster cannot have the backup Job mount
+	// (and, through fsGroup, change the group of) any claim of the
+	// namespace. A name only: the claim is always the Cluster's namespace's.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	ClaimName string `json:"claimName"`
 }
 
 // IngressSyncConfig says whether and how the shared-mode agent copies the
@@ -574,6 +625,55 @@ type ClusterStatus struct {
 	// Datastore describes the datastore in effect.
 	// +optional
 	Datastore *DatastoreStatus `json:"datastore,omitempty"`
+
+	// Backup is what became of the scheduled snapshots (spec.backup); nil
+	// without spec.backup.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+}
+
+// BackupStatus reports the scheduled snapshots, as the backup Jobs reported
+// them (each Job's result is its pod's termination message).
+type BackupStatus struct {
+	// LastSuccessful is the newest snapshot written; its time gives the age of
+	// the newest backup. It is kept when the Job that wrote it is gone.
+	// +optional
+	LastSuccessful *BackupSnapshot `json:"lastSuccessful,omitempty"`
+	// LastFailure is the newest backup run that failed.
+	// +optional
+	LastFailure *BackupFailure `json:"lastFailure,omitempty"`
+}
+
+// BackupSnapshot is one snapshot file a backup Job wrote.
+type BackupSnapshot struct {
+	// File is the file's name on the claim.
+	File string `json:"file"`
+	// Time is when the snapshot was taken (the manifest's createdAt).
+	Time metav1.Time `json:"time"`
+	// Revision is the datastore revision the snapshot holds every write up to.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Size of the datastore data in the file, in bytes.
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// SHA256 of the datastore data in the file (hex).
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
+	// Job is the backup Job that wrote it.
+	// +optional
+	Job string `json:"job,omitempty"`
+}
+
+// BackupFailure is a backup run that failed.
+type BackupFailure struct {
+	// Time is when the failed Job finished (or started, when it never ran).
+	Time metav1.Time `json:"time"`
+	// Job is the backup Job that failed.
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Reason is why, as the Job or its pod reported it.
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // DatastoreStatus describes the datastore in effect.

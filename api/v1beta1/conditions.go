@@ -21,6 +21,26 @@ const (
 	// ConditionEtcdRecovery reports the last recovery from quorum loss an
 	// operator asked for (AnnotationEtcdRecover).
 	ConditionEtcdRecovery = "EtcdRecovery"
+	// ConditionLastBackupSucceeded is present while spec.backup is set: True
+	// when the newest finished backup Job wrote its snapshot, False with the
+	// reason otherwise. It does not gate Ready.
+	ConditionLastBackupSucceeded = "LastBackupSucceeded"
+)
+
+// Reasons of LastBackupSucceeded.
+const (
+	ReasonBackupSucceeded = "BackupSucceeded"
+	ReasonBackupFailed    = "BackupFailed"
+	// ReasonBackupPending: no backup Job has finished yet.
+	ReasonBackupPending = "BackupPending"
+	// ReasonBackupClaimNotFound: spec.backup.claimName names no claim of the
+	// namespace; the CronJob is not created until it exists.
+	ReasonBackupClaimNotFound = "BackupClaimNotFound"
+	// ReasonBackupClaimRefused: the claim is one of k3k's own (a server
+	// volume), which snapshots must never fill.
+	ReasonBackupClaimRefused = "BackupClaimRefused"
+	// ReasonBackupUnsupported: the datastore in effect is external.
+	ReasonBackupUnsupported = "BackupUnsupported"
 )
 
 // Condition reasons. CamelCase, stable: tools and people match on them.

@@ -15,7 +15,18 @@ const (
 	ComponentServer = "server"
 	// ComponentAgent is the LabelComponent value of the agent's pods.
 	ComponentAgent = "agent"
+	// ComponentBackup is the LabelComponent value of the backup CronJob, its
+	// Jobs and their pods.
+	ComponentBackup = "backup"
 )
+
+// LabelBackupFor on a PersistentVolumeClaim hands it to the scheduled
+// snapshots of the Cluster its value names (spec.backup.claimName): whoever
+// may label the claim consents to the backup Job mounting it, writing
+// snapshots onto it and, through fsGroup, changing the group of what it
+// holds. Without it a Cluster's creator could point the Job at any claim of
+// the namespace.
+const LabelBackupFor = "k3k.io/backup-for"
 
 // AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
 // loss (`k3kcli cluster recover NAME` sets it; the value identifies the

@@ -67,6 +67,8 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.cfg.AgentImage, "agent-image", "k3k-io/k3k-kubelet:dev", "image of the shared-mode agent (empty: deploy no agent)")
 	fs.StringVar(&o.cfg.AgentClusterRole, "agent-cluster-role", "k3k-agent",
 		"ClusterRole holding the agent's rights (the chart installs it); each cluster's agent is bound to it in its own namespace")
+	fs.StringVar(&o.cfg.BackupExecClusterRole, "backup-exec-cluster-role", "k3k-backup-exec",
+		"ClusterRole granting exec into pods (the chart installs it); each cluster's backup Job is bound to it in its own namespace")
 	fs.BoolVar(&o.cfg.AllowPrivilegedPods, "allow-privileged-pods", false,
 		"let Clusters choose spec.podSecurityLevel privileged for their shared-mode pods; without it they get baseline")
 	fs.StringVar(&o.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of every image the controller deploys: Always, IfNotPresent or Never")

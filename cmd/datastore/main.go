@@ -5,7 +5,8 @@
 // checks an external datastore before k3s starts on it, and `datastore
 // snapshot` writes a consistent snapshot of the running datastore to stdout,
 // `datastore restore` loads one into the empty datastore of a new cluster, and
-// `datastore etcd-alarm` lists and disarms an HA cluster's etcd alarms.
+// `datastore etcd-alarm` lists and disarms an HA cluster's etcd alarms, and
+// `datastore backup` takes one scheduled snapshot into a directory.
 package main
 
 import (
@@ -45,6 +46,7 @@ func newRootCommand() *cobra.Command {
 		newSnapshotCommand(),
 		newRestoreCommand(),
 		newEtcdAlarmCommand(),
+		newBackupCommand(),
 	)
 	return root
 }

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -107,9 +108,25 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 			ensureNamespace(t, tc.clusterNS)
 			runController(t, tc.watch)
 
+			name := "rbac-" + tc.clusterNS
+			// The backup claim, handed to the cluster as its owner would.
+			claim := &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: "snapshots", Namespace: tc.clusterNS, Labels: map[string]string{v1beta1.LabelBackupFor: name}},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				},
+			}
+			if err := k8s.Create(context.Background(), claim); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), claim) })
 			c := &v1beta1.Cluster{
-				ObjectMeta: metav1.ObjectMeta{Name: "rbac-" + tc.clusterNS, Namespace: tc.clusterNS},
-				Spec:       v1beta1.ClusterSpec{Expose: &v1beta1.ExposeConfig{Ingress: &v1beta1.IngressConfig{Host: "vc.example.com"}}},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tc.clusterNS},
+				Spec: v1beta1.ClusterSpec{
+					Expose: &v1beta1.ExposeConfig{Ingress: &v1beta1.IngressConfig{Host: "vc.example.com"}},
+					Backup: &v1beta1.BackupConfig{Schedule: "@daily", Keep: 2, ClaimName: "snapshots"},
+				},
 			}
 			if err := k8s.Create(context.Background(), c); err != nil {
 				t.Fatal(err)
@@ -137,6 +154,14 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 					&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: iso.WorkloadPolicy}},
 					&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: iso.ServerPolicy}},
 					&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: iso.AgentPolicy}},
+					// spec.backup: the Role (the controller holds what it
+					// grants) and the binding to the exec ClusterRole (which it
+					// may bind but does not hold).
+					&batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name)}},
+					&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name)}},
+					&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name)}},
+					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name)}},
+					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name) + "-exec"}},
 				} {
 					if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: o.GetName()}, o); err != nil {
 						return fmt.Errorf("%T %s: %w", o, o.GetName(), err)
@@ -148,6 +173,25 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 				}
 				if got.Status.ObservedGeneration != got.Generation || got.Status.Phase == "" {
 					return fmt.Errorf("status not written (phase %q)", got.Status.Phase)
+				}
+				return nil
+			})
+			// Removing spec.backup removes its objects, as the ServiceAccount.
+			if err := retryOnConflict(func() error {
+				live := &v1beta1.Cluster{}
+				if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(c), live); err != nil {
+					return err
+				}
+				live.Spec.Backup = nil
+				return k8s.Update(context.Background(), live)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the controller to remove the backup objects as its ServiceAccount", func() error {
+				for _, o := range []client.Object{&batchv1.CronJob{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+					if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: layout.BackupName(c.Name)}, o); !apierrors.IsNotFound(err) {
+						return fmt.Errorf("%T %s still there: %v", o, layout.BackupName(c.Name), err)
+					}
 				}
 				return nil
 			})
@@ -195,7 +239,8 @@ func runController(t *testing.T, watch []string) {
 		Config: cluster.Config{
 			ServerImage: "rancher/k3s", DefaultVersion: "v1.34.3-k3s1",
 			DatastoreImage: "k3k-io/k3k-datastore:test", AgentImage: "k3k-io/k3k-kubelet:test", AgentClusterRole: agentRole,
-			PullPolicy: corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
+			BackupExecClusterRole: backupExecRole,
+			PullPolicy:            corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
 			Isolation: cluster.IsolationDefaults{
 				QuotaHard:           corev1.ResourceList{corev1.ResourcePods: resource.MustParse("20")},
 				LimitDefaultRequest: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
@@ -273,5 +318,15 @@ func TestChartGrantsNothingMore(t *testing.T) {
 	}}
 	if err := k8s.Create(context.Background(), review); err != nil || !review.Status.Allowed {
 		t.Errorf("the ServiceAccount may not create Secrets in a watched namespace (err %v): the chart's rights are not in force", err)
+	}
+}
+
+// retryOnConflict runs f until it does not fail with a conflict.
+func retryOnConflict(f func() error) error {
+	for {
+		err := f()
+		if !apierrors.IsConflict(err) {
+			return err
+		}
 	}
 }

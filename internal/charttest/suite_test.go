@@ -42,6 +42,8 @@ const (
 	releaseNS = "k3k-system"
 	// agentRole is the agent ClusterRole the chart renders for release.
 	agentRole = "k3k-agent"
+	// backupExecRole is the ClusterRole the backup Jobs are bound to.
+	backupExecRole = "k3k-backup-exec"
 	// kubeVersion is what helm checks the chart's kubeVersion against: the
 	// version of the test kube-apiserver (hack/tools/kube). A helm built from its
 	// module without release ldflags would otherwise assume v1.20.

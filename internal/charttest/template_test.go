@@ -114,10 +114,10 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		values: "watch-namespaces.yaml",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--watch-namespaces=team-a,team-b")
-			// Only the agent's ClusterRole, which grants nothing until the
-			// controller binds it in a watched namespace.
-			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", agentRole) == nil {
-				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRole %s", n, agentRole)
+			// Only the agent's and the backup Jobs' ClusterRoles, which grant
+			// nothing until the controller binds them in a watched namespace.
+			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 2 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil {
+				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s and %s", n, agentRole, backupExecRole)
 			}
 			for _, ns := range []string{"team-a", "team-b"} {
 				if find(objs, "Role", ns, release) == nil || find(objs, "RoleBinding", ns, release) == nil {
@@ -194,7 +194,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 
 func TestRBACIsLeastPrivilege(t *testing.T) {
 	for _, values := range []string{"", "watch-namespaces.yaml"} {
-		agentRoles := 0
+		agentRoles, backupRoles := 0, 0
 		for _, o := range render(t, values) {
 			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 				continue
@@ -216,20 +216,30 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				}
 				continue
 			}
+			if o.GetKind() == "ClusterRole" && o.GetName() == backupExecRole {
+				// Exec into pods, bound per namespace to the backup Jobs of
+				// Clusters with spec.backup: exactly cluster.BackupExecRules.
+				backupRoles++
+				if diff := cmp.Diff(cluster.BackupExecRules(), rules.Rules); diff != "" {
+					t.Errorf("ClusterRole %s differs from cluster.BackupExecRules (-want +got):\n%s", backupExecRole, diff)
+				}
+				continue
+			}
 			for _, r := range rules.Rules {
 				all := slices.Concat(r.APIGroups, r.Resources, r.Verbs)
 				if slices.Contains(all, "*") {
 					t.Errorf("%s %s: wildcard in rule %+v", o.GetKind(), o.GetName(), r)
 				}
-				// bind is allowed on the agent ClusterRole alone.
-				if slices.Contains(r.Verbs, "bind") && !(slices.Equal(r.Verbs, []string{"bind"}) &&
-					slices.Equal(r.Resources, []string{"clusterroles"}) && slices.Equal(r.ResourceNames, []string{agentRole})) {
-					t.Errorf("%s %s grants bind beyond ClusterRole %s: %+v", o.GetKind(), o.GetName(), agentRole, r)
+				// bind is allowed on the agent's and the backup Jobs'
+				// ClusterRoles alone, each by name.
+				if slices.Contains(r.Verbs, "bind") && !(slices.Equal(r.Verbs, []string{"bind"}) && slices.Equal(r.Resources, []string{"clusterroles"}) &&
+					(slices.Equal(r.ResourceNames, []string{agentRole}) || slices.Equal(r.ResourceNames, []string{backupExecRole}))) {
+					t.Errorf("%s %s grants bind beyond ClusterRoles %s and %s: %+v", o.GetKind(), o.GetName(), agentRole, backupExecRole, r)
 				}
 				for _, v := range []string{"delete", "deletecollection", "escalate", "impersonate"} {
 					// delete only on a Cluster's isolation objects, which a
 					// spec switch must be able to remove (templates/_helpers.tpl).
-					if v == "delete" && isolationRule(r) {
+					if v == "delete" && (isolationRule(r) || backupRule(r)) {
 						continue
 					}
 					if slices.Contains(r.Verbs, v) {
@@ -238,8 +248,8 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				}
 			}
 		}
-		if agentRoles != 1 {
-			t.Errorf("values %q: %d ClusterRoles %s rendered, want 1", values, agentRoles, agentRole)
+		if agentRoles != 1 || backupRoles != 1 {
+			t.Errorf("values %q: %d ClusterRoles %s and %d %s rendered, want 1 each", values, agentRoles, agentRole, backupRoles, backupExecRole)
 		}
 		for _, o := range render(t, values) {
 			if o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding" {
@@ -266,6 +276,21 @@ func TestNotesSayWhatWasInstalled(t *testing.T) {
 			t.Errorf("NOTES do not say %q:\n%s", want, out)
 		}
 	}
+}
+
+// backupRule reports whether r is about the objects a Cluster's
+// spec.backup makes, which removing it must remove: the CronJob, and the
+// Job's ServiceAccount, Role and RoleBindings.
+func backupRule(r rbacv1.PolicyRule) bool {
+	switch {
+	case slices.Equal(r.APIGroups, []string{"batch"}):
+		return slices.Equal(r.Resources, []string{"cronjobs"})
+	case slices.Equal(r.APIGroups, []string{"rbac.authorization.k8s.io"}):
+		return slices.Equal(r.Resources, []string{"roles", "rolebindings"})
+	case slices.Equal(r.APIGroups, []string{""}):
+		return slices.Equal(r.Resources, []string{"serviceaccounts"})
+	}
+	return false
 }
 
 // isolationRule reports whether r is about a Cluster's ResourceQuota,

@@ -3,30 +3,25 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/streaming/pkg/httpstream"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/snapshot"
+	"github.com/k3k-io/k3k/pkg/snapshotter"
 )
 
 // The snapshot travels as kubectl exec's output does: k3kcli asks the host
@@ -110,7 +105,7 @@ func runSnapshot(ctx context.Context, o Options, s *session, rc *rest.Config, f 
 		return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s: its datastore type is not known yet (status.datastore.type is empty)", key.Namespace, key.Name),
 			Hint: "the k3k controller records it on its first reconcile; check that it runs"}
 	}
-	if ds != v1beta1.SQLiteDatastore && ds != v1beta1.EtcdDatastore {
+	if !snapshotter.Supported(ds) {
 		return usageErr("snapshot an external datastore with its own tools", "cluster %s/%s: k3kcli snapshots the sqlite and etcd datastores, this cluster's is %q", key.Namespace, key.Name, ds)
 	}
 	pods := &corev1.PodList{}
@@ -137,20 +132,14 @@ func runSnapshot(ctx context.Context, o Options, s *session, rc *rest.Config, f 
 	defer dataFile.Close()
 
 	start := o.Now()
-	m, err := streamSnapshot(ctx, rc, c, pod, ds, dataFile)
+	m, err := snapshotter.Receive(ctx, snapshotter.Source{Config: rc, Cluster: c, Pod: pod, Datastore: ds}, dataFile)
+	var execErr *snapshotter.ExecError
+	if errors.As(err, &execErr) {
+		return &Error{Code: ExitError, Msg: execErr.Error(), Hint: "you need create on pods/exec in the cluster's namespace", Err: execErr.Err}
+	}
 	if err != nil {
 		return err
 	}
-	if ds == v1beta1.EtcdDatastore {
-		info, err := snapshot.InspectEtcd(dataFile.Name())
-		if err != nil {
-			return fmt.Errorf("the etcd snapshot received from %s is not usable: %w", pod.Name, err)
-		}
-		m.Revision, m.CompactRevision = info.Revision, info.CompactRevision
-	}
-	m.Cluster = snapshot.ClusterRef{Namespace: c.Namespace, Name: c.Name}
-	m.Source = pod.Name
-	m.K3sVersion = k3sVersionOf(pod)
 	if _, err := dataFile.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
@@ -166,55 +155,14 @@ func runSnapshot(ctx context.Context, o Options, s *session, rc *rest.Config, f 
 // datastoreInEffect is the datastore type the controller resolved, else the
 // one asked for.
 func datastoreInEffect(c *v1beta1.Cluster) v1beta1.DatastoreType {
-	if c.Status.Datastore != nil && c.Status.Datastore.Type != "" {
-		return c.Status.Datastore.Type
-	}
-	return c.Spec.Datastore.Type
+	return snapshotter.DatastoreInEffect(c)
 }
 
-// snapshotSource picks the server pod to take the snapshot in: a running pod
-// whose datastore sidecar is ready, the lowest ordinal first (with etcd any
-// voting member holds the cluster's committed state).
-func snapshotSource(pods []corev1.Pod) *corev1.Pod {
-	var ready []*corev1.Pod
-	for i := range pods {
-		p := &pods[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		for _, cs := range p.Status.InitContainerStatuses {
-			if cs.Name == "datastore" && cs.Ready {
-				ready = append(ready, p)
-			}
-		}
-	}
-	sort.Slice(ready, func(i, j int) bool { return ordinal(ready[i].Name) < ordinal(ready[j].Name) })
-	if len(ready) == 0 {
-		return nil
-	}
-	return ready[0]
-}
-
-func ordinal(pod string) int {
-	i := strings.LastIndex(pod, "-")
-	n, err := strconv.Atoi(pod[i+1:])
-	if err != nil {
-		return 1 << 30
-	}
-	return n
-}
+// snapshotSource picks the server pod to take the snapshot in (snapshotter.PickPod).
+func snapshotSource(pods []corev1.Pod) *corev1.Pod { return snapshotter.PickPod(pods) }
 
 // k3sVersionOf is the tag of the image the pod's k3s container runs.
-func k3sVersionOf(p *corev1.Pod) string {
-	for _, ctr := range p.Spec.Containers {
-		if ctr.Name == "k3s" {
-			if i := strings.LastIndex(ctr.Image, ":"); i >= 0 && !strings.Contains(ctr.Image[i:], "/") {
-				return ctr.Image[i+1:]
-			}
-		}
-	}
-	return ""
-}
+func k3sVersionOf(p *corev1.Pod) string { return snapshotter.K3sVersion(p) }
 
 // clusterToken reads the cluster token, which a restore needs: k3s encrypts
 // its bootstrap data with it.
@@ -234,80 +182,14 @@ func clusterToken(ctx context.Context, s *session, c *v1beta1.Cluster) ([]byte, 
 
 // SidecarSnapshotCommand is what runs in the datastore sidecar of pod.
 func SidecarSnapshotCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod string) []string {
-	if ds == v1beta1.EtcdDatastore {
-		// The member's own client port, checked against its DNS name.
-		port := strconv.Itoa(layout.DatastoreClientPort)
-		return []string{"/usr/local/bin/datastore", "snapshot", "etcd",
-			"--endpoint=https://" + layout.ServerPodHost(c, pod) + ":" + port,
-			"--dial-address=127.0.0.1:" + port,
-			"--ca-file=" + layout.EtcdCAPath, "--cert-file=" + layout.EtcdCertPath, "--key-file=" + layout.EtcdKeyPath}
-	}
-	// The pod directory is the sidecar's emptyDir: the copy never takes room
-	// on the data volume, which may be nearly full.
-	return []string{"/usr/local/bin/datastore", "snapshot", "sqlite",
-		"--data-dir=" + layout.DatastoreDataDir, "--tmp-dir=" + layout.DatastorePodDir}
-}
-
-// streamSnapshot execs the sidecar's snapshot command and writes the data it
-// streams to data; it returns the manifest once the data matched it.
-func streamSnapshot(ctx context.Context, rc *rest.Config, c *v1beta1.Cluster, pod *corev1.Pod, ds v1beta1.DatastoreType, data io.Writer) (snapshot.Manifest, error) {
-	exec, err := sidecarExecutor(rc, pod, SidecarSnapshotCommand(c, ds, pod.Name), false)
-	if err != nil {
-		return snapshot.Manifest{}, err
-	}
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	execErr := make(chan error, 1)
-	go func() {
-		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: pw, Stderr: &limitedBuffer{b: &stderr, max: 16 << 10}})
-		// nil closes with io.EOF, the end of a stream that was all sent.
-		pw.CloseWithError(err)
-		execErr <- err
-	}()
-	m, readErr := snapshot.ReadStream(pr, data)
-	// Drain, so the exec ends even when the stream was refused early.
-	_, _ = io.Copy(io.Discard, pr)
-	err = <-execErr
-	if err != nil {
-		return snapshot.Manifest{}, &Error{Code: ExitError,
-			Msg:  fmt.Sprintf("taking the snapshot in pod %s/%s: %v; the sidecar said: %s", pod.Namespace, pod.Name, err, lastLines(stderr.String(), 3)),
-			Hint: "you need create on pods/exec in the cluster's namespace", Err: err}
-	}
-	if readErr != nil {
-		return snapshot.Manifest{}, fmt.Errorf("receiving the snapshot from pod %s/%s: %w", pod.Namespace, pod.Name, readErr)
-	}
-	return m, nil
+	return snapshotter.SidecarCommand(c, ds, pod)
 }
 
 // writeSnapshotFile writes the snapshot file at path through a temporary
 // file, made durable before it takes the final name: path exists only
 // complete.
 func writeSnapshotFile(path string, m snapshot.Manifest, token []byte, data io.Reader) error {
-	tmp, err := os.OpenFile(path+".partial", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("creating the snapshot file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := snapshot.WriteArchive(tmp, m, token, data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing the snapshot file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing the snapshot file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing the snapshot file: %w", err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		// Link, not rename: a file made at path meanwhile is never replaced.
-		return fmt.Errorf("naming the snapshot file %s: %w", path, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return snapshotter.WriteFile(path, m, token, data)
 }
 
 // limitedBuffer keeps the first max bytes written to it.
@@ -332,23 +214,7 @@ func lastLines(s string, n int) string {
 }
 
 // sidecarExecutor runs command in pod's datastore sidecar as kubectl exec
-// does: WebSockets, and SPDY from API servers that lack them.
+// does (snapshotter.Executor).
 func sidecarExecutor(rc *rest.Config, pod *corev1.Pod, command []string, stdin bool) (remotecommand.Executor, error) {
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	req := cs.CoreV1().RESTClient().Post().Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "datastore", Command: command, Stdin: stdin, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ws, err := remotecommand.NewWebSocketExecutor(rc, http.MethodGet, req.URL().String())
-	if err != nil {
-		return nil, err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(rc, http.MethodPost, req.URL())
-	if err != nil {
-		return nil, err
-	}
-	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	return snapshotter.Executor(rc, pod, command, stdin)
 }

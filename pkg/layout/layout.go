@@ -164,3 +164,23 @@ func ServerPodName(c *v1beta1.Cluster, i int) string {
 func ServerPodHost(c *v1beta1.Cluster, pod string) string {
 	return fmt.Sprintf("%s.%s.%s.svc", pod, NamesFor(c).Headless, c.Namespace)
 }
+
+// The backup CronJob's pod (spec.backup): the contract between the
+// controller's builder and `datastore backup`.
+const (
+	// BackupVolume is the claim named by spec.backup.claimName, mounted at
+	// BackupDir.
+	BackupVolume = "backup"
+	BackupDir    = "/var/lib/k3k/backup"
+	// BackupContainer runs `datastore backup`; its termination message is
+	// the run's result (snapshotter.Result).
+	BackupContainer = "backup"
+	// BackupUID is the non-root user the backup runs as; the claim is made
+	// writable for it through fsGroup, so the snapshots it writes (mode 0600)
+	// are readable by a pod that runs as this user or group.
+	BackupUID = 65532
+)
+
+// BackupName names the backup CronJob, its ServiceAccount, Role and
+// RoleBinding. 41 characters of a Cluster's name make 52, a CronJob's limit.
+func BackupName(cluster string) string { return prefix(cluster) + "-backup" }

@@ -97,12 +97,21 @@ three images it deploys must agree rather than one silently winning. */}}
 
 {{/* controllerRules are the rights the controller needs in every namespace it
 watches. Each rule says which code path needs it (internal/controller/cluster).
-No delete anywhere: owner references let the garbage collector remove what a
-Cluster owned, and the StatefulSet's claim retention policy its volumes. */}}
+Delete only where a spec change must remove an object before the Cluster goes
+(isolation, backup): otherwise owner references let the garbage collector
+remove what a Cluster owned, and the StatefulSet's claim retention policy its
+volumes. */}}
 {{/* agentClusterRole names the ClusterRole holding the shared-mode agent's rights
 (internal/controller/cluster.AgentRules; templates/agent-clusterrole.yaml). */}}
 {{- define "k3k.agentClusterRole" -}}
 {{- printf "%s-agent" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* backupExecClusterRole names the ClusterRole that lets a Cluster's backup Job
+exec into pods (internal/controller/cluster.BackupExecRules;
+templates/backup-clusterrole.yaml), bound in the cluster's namespace only. */}}
+{{- define "k3k.backupExecClusterRole" -}}
+{{- printf "%s-backup-exec" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* agentGuard names the admission policy and binding that hold the agents to
@@ -153,16 +162,35 @@ name=quantity,… flag value, in key order. */}}
 # etcd member was removed safely; nothing else of a pod is written.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
+# Scheduled snapshots (spec.backup): each Cluster's backup Role grants its
+# backup Job get/list on pods (the server pods are found by label), and RBAC
+# only lets the controller grant rights it holds.
+# The backup CronJob (Owns; delete when spec.backup is removed) and its Jobs,
+# read back for status.backup (Watches, by label).
+- apiGroups: ["batch"]
+  resources: ["cronjobs"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch"]
 # Server volume claims are observed (whether a server holds data) and patched
-# to grow them when spec.persistence.storageRequestSize grows.
+# to grow them when spec.persistence.storageRequestSize grows. The backup
+# claim (spec.backup.claimName, the user's) is read uncached (get) to check
+# that it exists and is not a server volume; it is never written.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["list", "watch", "patch"]
-# The publisher's Role and RoleBinding (rights on two named Secrets only).
+  verbs: ["get", "list", "watch", "patch"]
+# The publisher's Role and RoleBinding (rights on two named Secrets only), and
+# the backup Job's (see pods/exec). delete: removing spec.backup removes the
+# backup Role, RoleBinding and ServiceAccount; the controller deletes only
+# objects the Cluster controls.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "update", "patch"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["delete"]
 # The servers' StatefulSet (Owns).
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
@@ -182,6 +210,12 @@ name=quantity,… flag value, in key order. */}}
   resources: ["clusterroles"]
   verbs: ["bind"]
   resourceNames: [{{ include "k3k.agentClusterRole" . | quote }}]
+# Each backup Job is granted exec into pods (templates/backup-clusterrole.yaml)
+# in its cluster's namespace the same way: the controller never holds exec.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterroles"]
+  verbs: ["bind"]
+  resourceNames: [{{ include "k3k.backupExecClusterRole" . | quote }}]
 # Each Cluster's isolation (spec.quota, spec.limits, spec.networkPolicy): its
 # ResourceQuota, LimitRange and NetworkPolicies (Owns). delete, here only: a
 # Cluster whose spec or the chart turns one off must lose it (the garbage

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -81,6 +82,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if apierrors.IsNotFound(err) {
 			// Gone already (deleted in the background): its etcd server pods,
 			// deleted by the garbage collector, must not wait for it.
+			setBackupMetrics(req.Namespace, req.Name, nil)
 			return ctrl.Result{}, r.releaseEtcdPods(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, err
@@ -131,6 +133,7 @@ func (r *Reconciler) steps(o *observation) []namedStep {
 		{"servers", r.reconcileServers},
 		{"volume size", r.reconcileVolumeSize},
 		{"agent", r.reconcileAgent},
+		{"backup", r.reconcileBackup},
 	}
 }
 
@@ -408,6 +411,9 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 		return fmt.Errorf("getting kubeconfig Secret: %w", err)
 	}
 	o.kubeconfig = kc.Data[layout.SecretKeyKubeconfig]
+	if err := r.observeBackup(ctx, c, o); err != nil {
+		return err
+	}
 	o.agentWanted = r.Config.AgentImage != ""
 	if o.agentWanted {
 		agent := &appsv1.Deployment{}
@@ -442,6 +448,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, c *v1beta1.Cluster, o *obs
 // updateStatus writes the status only when it differs from the stored one.
 func (r *Reconciler) updateStatus(ctx context.Context, c *v1beta1.Cluster, o *observation) error {
 	st := computeStatus(c, *o)
+	setBackupMetrics(c.Namespace, c.Name, st.Backup)
 	if equality.Semantic.DeepEqual(c.Status, st) {
 		return nil
 	}
@@ -451,6 +458,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, c *v1beta1.Cluster, o *ob
 		return fmt.Errorf("updating status: %w", err)
 	}
 	r.recordTransitions(c, before, st, o)
+	r.recordBackupEvents(c, before.Backup, st.Backup)
 	return nil
 }
 
@@ -479,6 +487,7 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Secret{}, &corev1.ConfigMap{},
 		&corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{},
 		&appsv1.StatefulSet{}, &appsv1.Deployment{}, &networkingv1.Ingress{},
+		&batchv1.CronJob{}, &batchv1.Job{},
 		&corev1.ResourceQuota{}, &corev1.LimitRange{}, &networkingv1.NetworkPolicy{},
 	} {
 		out[obj] = cache.ByObject{Label: selector}
@@ -490,6 +499,7 @@ func CacheByObject() map[client.Object]cache.ByObject {
 // and their server pods and volumes (owned by the StatefulSet, so mapped back
 // by label).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	registerBackupMetrics()
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[v1beta1.LabelCluster]
 		if name == "" || obj.GetLabels()[v1beta1.LabelManagedBy] != v1beta1.ManagedByValue {
@@ -513,6 +523,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ResourceQuota{}).
 		Owns(&corev1.LimitRange{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&batchv1.CronJob{}).
+		// The CronJob owns its Jobs; they carry the Cluster's labels.
+		Watches(&batchv1.Job{}, byClusterLabel).
 		Watches(&corev1.Pod{}, byClusterLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byClusterLabel).
 		Complete(r)

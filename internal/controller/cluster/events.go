@@ -65,6 +65,11 @@ func (r *Reconciler) recordTransitions(c *v1beta1.Cluster, before, after v1beta1
 		return
 	}
 	for _, cond := range conditionEvents(before.Conditions, after.Conditions) {
+		if cond.Type == v1beta1.ConditionLastBackupSucceeded && (cond.Reason == v1beta1.ReasonBackupSucceeded || cond.Reason == v1beta1.ReasonBackupFailed) {
+			// Every snapshot and failure has an Event of its own
+			// (recordBackupEvents), not only a change of the condition.
+			continue
+		}
 		eventType := corev1.EventTypeNormal
 		switch {
 		case cond.Status == metav1.ConditionTrue:

@@ -28,6 +28,10 @@ type Config struct {
 	// AgentClusterRole is the ClusterRole holding AgentRules (installed by the
 	// chart) that each cluster's agent is bound to in its namespace.
 	AgentClusterRole string
+	// BackupExecClusterRole is the ClusterRole holding BackupExecRules
+	// (installed by the chart) that each cluster's backup Job is bound to in
+	// its namespace.
+	BackupExecClusterRole string
 	// AllowPrivilegedPods lets Clusters choose spec.podSecurityLevel
 	// privileged (the chart's sharedAgent.allowPrivilegedPods); without it
 	// such a Cluster's agent holds its pods to baseline.

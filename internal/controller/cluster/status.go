@@ -46,6 +46,8 @@ type observation struct {
 	// claims are the server volume claims by name, read only while a server
 	// pod is not ready (they explain why).
 	claims map[string]claimFacts
+	// backup is what was observed of the scheduled snapshots.
+	backup backupState
 	// deleting: the Cluster is being deleted; nothing is observed.
 	deleting bool
 	// failure is the step that failed in this reconcile; nil when none did.
@@ -127,6 +129,8 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	}
 
 	if o.settingsErr != nil {
+		// Nothing is observed of the backups; what is known of them stays.
+		st.Backup = c.Status.Backup.DeepCopy()
 		set(v1beta1.ConditionReady, false, v1beta1.ReasonInvalidSpec, o.settingsErr.Error())
 		st.Phase = v1beta1.PhaseFailed
 		return st
@@ -182,6 +186,7 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 		st.Phase = v1beta1.PhaseProvisioning
 	}
 	pausedStatus(c, o, &st, set)
+	setBackupStatus(c, o, &st)
 	return st
 }
 

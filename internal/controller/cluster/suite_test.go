@@ -104,14 +104,15 @@ func countingClient(t *testing.T, w *writeCounter) client.Client {
 
 // testConfig is the controller configuration the tests reconcile with.
 var testConfig = Config{
-	ServerImage:        "rancher/k3s",
-	DefaultVersion:     "v1.34.3-k3s1",
-	DatastoreImage:     "k3k-io/k3k-datastore:test",
-	AgentImage:         "k3k-io/k3k-kubelet:test",
-	AgentClusterRole:   "k3k-agent",
-	PullPolicy:         corev1.PullIfNotPresent,
-	DefaultPersistence: v1beta1.DynamicPersistence,
-	DefaultDatastore:   v1beta1.SQLiteDatastore,
+	ServerImage:           "rancher/k3s",
+	DefaultVersion:        "v1.34.3-k3s1",
+	DatastoreImage:        "k3k-io/k3k-datastore:test",
+	AgentImage:            "k3k-io/k3k-kubelet:test",
+	AgentClusterRole:      "k3k-agent",
+	BackupExecClusterRole: "k3k-backup-exec",
+	PullPolicy:            corev1.PullIfNotPresent,
+	DefaultPersistence:    v1beta1.DynamicPersistence,
+	DefaultDatastore:      v1beta1.SQLiteDatastore,
 }
 
 // newReconciler returns a reconciler whose writes are counted. It reads

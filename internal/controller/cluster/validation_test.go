@@ -191,3 +191,56 @@ func TestAdmissionAcceptsAnEtcdQuotaThatFitsTheVolume(t *testing.T) {
 		t.Fatalf("raising the quota with the volume: %v", err)
 	}
 }
+
+// TestAdmissionRefusesBadBackups sends spec.backup settings the CRD must
+// refuse to the real API server.
+func TestAdmissionRefusesBadBackups(t *testing.T) {
+	ns := newNamespace(t)
+	cases := []struct {
+		name   string
+		spec   func(*v1beta1.Cluster)
+		wantIn string
+	}{
+		{"words are no schedule", withBackup("every night", 2), "backup.schedule must be a cron schedule of five fields"},
+		{"four fields are too few", withBackup("0 3 * *", 2), "backup.schedule must be a cron schedule of five fields"},
+		{"a time zone is refused", withBackup("CRON_TZ=Europe/Berlin 0 3 * * *", 2), "time zones (CRON_TZ=, TZ=) are not supported"},
+		{"keep 0 would delete every snapshot", withBackup("@daily", 0), "spec.backup.keep in body should be greater than or equal to 1"},
+		{"keep is bounded", withBackup("@daily", 1000), "spec.backup.keep in body should be less than or equal to 100"},
+		{"the claim is a name, not a path", func(c *v1beta1.Cluster) {
+			withBackup("@daily", 2)(c)
+			c.Spec.Backup.ClaimName = "../other/claim"
+		}, "spec.backup.claimName in body should match"},
+		{"external datastores are refused", func(c *v1beta1.Cluster) {
+			withBackup("@daily", 2)(c)
+			c.Spec.Datastore.Type = v1beta1.ExternalDatastore
+			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db:5432/k3s"}
+		}, "scheduled snapshots are not supported with datastore.type external"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(ns, fmt.Sprintf("badbackup-%d", i), tc.spec)
+			if tc.name == "keep 0 would delete every snapshot" {
+				// keep 0 is omitted by omitempty and defaulted to 7; send it.
+				raw := map[string]any{"apiVersion": "k3k.io/v1beta1", "kind": "Cluster", "metadata": map[string]any{"name": c.Name, "namespace": ns},
+					"spec": map[string]any{"datastore": map[string]any{"type": "sqlite"}, "backup": map[string]any{"schedule": "@daily", "keep": 0, "claimName": backupClaim}}}
+				err := createRaw(raw)
+				if err == nil || !strings.Contains(err.Error(), tc.wantIn) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.wantIn)
+				}
+				return
+			}
+			err := k8s.Create(context.Background(), c)
+			if err == nil || !strings.Contains(err.Error(), tc.wantIn) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.wantIn)
+			}
+		})
+	}
+	// And the defaults: keep 7 when left out, a valid schedule accepted.
+	c := newCluster(ns, "goodbackup", withBackup("*/15 * * * 1-5", 0))
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatalf("a valid backup was refused: %v", err)
+	}
+	if c.Spec.Backup.Keep != 7 {
+		t.Fatalf("keep defaulted to %d, want 7", c.Spec.Backup.Keep)
+	}
+}
