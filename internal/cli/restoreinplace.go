@@ -400,10 +400,20 @@ func k3sReady(p *corev1.Pod) bool {
 func stopServers(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, old map[string]bool) (*corev1.Pod, error) {
 	deleted := map[string]bool{}
 	var last string
+	timedOut := func() error {
+		return &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s not restored: timed out waiting for %s", c.Namespace, c.Name, last), Hint: inPlaceHint}
+	}
 	for {
 		pods, err := serverPods(ctx, s, c)
 		if err != nil {
-			return nil, err
+			// Waited out like anything else: the API server may blip while
+			// the servers restart.
+			select {
+			case <-ctx.Done():
+				return nil, timedOut()
+			case <-time.After(o.PollInterval):
+			}
+			continue
 		}
 		for _, p := range ServersToStop(pods, old) {
 			if deleted[string(p.UID)] {
@@ -425,7 +435,7 @@ func stopServers(ctx context.Context, o Options, s *session, c *v1beta1.Cluster,
 		}
 		select {
 		case <-ctx.Done():
-			return nil, &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s not restored: timed out waiting for %s", c.Namespace, c.Name, waiting), Hint: inPlaceHint}
+			return nil, timedOut()
 		case <-time.After(o.PollInterval):
 		}
 	}
