@@ -29,8 +29,10 @@ import (
 // data becomes the snapshot's.
 //
 //  1. The file is checked (every entry against its manifest) and the cluster
-//     looked at before anything changes: the sqlite or etcd datastore, not
-//     paused, and the snapshot's token the cluster's token (see below).
+//     looked at before anything changes: the sqlite or etcd datastore, on
+//     volumes (with ephemeral persistence, making the pods again would lose
+//     the datastore itself), not paused, and the snapshot's token the
+//     cluster's token (see below).
 //  2. The Cluster is annotated k3k.io/restore-pending ("in-place/…"): the
 //     controller generates no token for it and says so in TokenReady. The
 //     token Secret is annotated too, with the time, and its token moved to
@@ -224,6 +226,10 @@ func CheckInPlaceRestore(c *v1beta1.Cluster, secret *corev1.Secret, a snapshot.A
 	default:
 		return false, usageErr("restore an external datastore with its own tools, while the cluster is paused",
 			"cluster %s uses the %s datastore: k3kcli restores the sqlite and etcd datastores in place, whose data k3k holds; an external datastore's data is yours, and k3k cannot move its revisions forward or compact it", name, ds)
+	}
+	if persistenceInEffect(c) == v1beta1.EphemeralPersistence {
+		return false, usageErr("restore it into a new cluster: k3kcli cluster create NAME --restore-from FILE",
+			"cluster %s keeps its data in emptyDirs (persistence ephemeral): stopping k3s means making its server pods again, which would lose the datastore the restore goes through (and with etcd every member's data)", name)
 	}
 	if c.Spec.Paused {
 		return false, usageErr("k3kcli cluster resume "+c.Name+" first", "cluster %s is paused: its datastore does not run", name)
@@ -469,4 +475,13 @@ func withHint(err error) error {
 		return e
 	}
 	return &Error{Code: ExitError, Msg: err.Error(), Hint: inPlaceHint}
+}
+
+// persistenceInEffect is the persistence the controller resolved, else the
+// one asked for.
+func persistenceInEffect(c *v1beta1.Cluster) v1beta1.PersistenceType {
+	if c.Status.PersistenceType != "" {
+		return c.Status.PersistenceType
+	}
+	return c.Spec.Persistence.Type
 }

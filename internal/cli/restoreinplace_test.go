@@ -86,6 +86,7 @@ func TestRestoreInPlaceRefusals(t *testing.T) {
 		c.Spec.Datastore.Type = v1beta1.ExternalDatastore
 		c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db.example:5432/k3s"}
 	})
+	inPlaceCluster(t, ns, "ephemeral", "tok", func(c *v1beta1.Cluster) { c.Spec.Persistence.Type = v1beta1.EphemeralPersistence })
 	inPlaceCluster(t, ns, "creating", "", func(c *v1beta1.Cluster) {
 		c.Annotations = map[string]string{v1beta1.AnnotationRestorePending: "0123456789abcdef"}
 	})
@@ -100,6 +101,7 @@ func TestRestoreInPlaceRefusals(t *testing.T) {
 		{"a file that is not a snapshot", "plain", []string{"--from", garbage, "--yes"}, ExitUsage, []string{"not a usable snapshot"}},
 		{"a missing file", "plain", []string{"--from", filepath.Join(t.TempDir(), "nope"), "--yes"}, ExitUsage, []string{"no such file"}},
 		{"an external datastore", "ext", []string{"--from", good, "--yes"}, ExitUsage, []string{"external datastore", "sqlite and etcd"}},
+		{"a cluster whose data is in emptyDirs", "ephemeral", []string{"--from", good, "--yes"}, ExitUsage, []string{"persistence ephemeral"}},
 		{"a paused cluster", "paused", []string{"--from", good, "--yes"}, ExitUsage, []string{"paused"}},
 		{"a snapshot of another cluster's token", "other", []string{"--from", good, "--yes"}, ExitUsage, []string{"another cluster", "create NAME --restore-from"}},
 		{"a cluster being created from a snapshot", "creating", []string{"--from", good, "--yes"}, ExitUsage, []string{"being created from a snapshot"}},
