@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/layout"
@@ -225,5 +226,44 @@ func TestSidecarReplaceCommand(t *testing.T) {
 	etcd := SidecarReplaceCommand(c, v1beta1.EtcdDatastore, "k3k-ha-server-0")
 	if !slices.Contains(etcd, "--replace") || slices.ContainsFunc(etcd, func(s string) bool { return strings.HasPrefix(s, "--sqlite-data-dir") }) {
 		t.Fatalf("etcd command %v", etcd)
+	}
+}
+
+func TestServersStopped(t *testing.T) {
+	c := &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}
+	pod := func(name, uid string, datastoreReady, k3sReady bool) corev1.Pod {
+		p := serverPod(name, true, datastoreReady, false)
+		p.UID = types.UID(uid)
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "k3s", Ready: k3sReady}}
+		return p
+	}
+	old := map[string]bool{"old-0": true, "old-1": true}
+	cases := []struct {
+		name    string
+		pods    []corev1.Pod
+		servers int32
+		want    string // the pod returned, else what is waited for
+	}{
+		{"a pod that was there at the mark is waited out", []corev1.Pod{pod("k3k-c-server-0", "old-0", true, false)}, 1, "server pod k3k-c-server-0 to be made again"},
+		{"a missing pod is waited for", nil, 1, "server pod k3k-c-server-0 to be made again"},
+		{"a new pod whose k3s is ready is waited out", []corev1.Pod{pod("k3k-c-server-0", "new-0", true, true)}, 1, "k3s in k3k-c-server-0 to stop"},
+		{"a new pod whose datastore is not ready is waited for", []corev1.Pod{pod("k3k-c-server-0", "new-0", false, false)}, 1, "the datastore of k3k-c-server-0 to be ready"},
+		{"every server counts, not only the first", []corev1.Pod{pod("k3k-c-server-0", "new-0", true, false), pod("k3k-c-server-1", "old-1", true, false), pod("k3k-c-server-2", "new-2", true, false)}, 3, "server pod k3k-c-server-1 to be made again"},
+		{"all new, k3s waiting, datastore ready: server 0 gets the snapshot", []corev1.Pod{pod("k3k-c-server-1", "new-1", false, false), pod("k3k-c-server-0", "new-0", true, false)}, 2, "k3k-c-server-0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, waiting := ServersStopped(c, tc.pods, tc.servers, old)
+			if got != nil {
+				waiting = got.Name
+			}
+			if waiting != tc.want {
+				t.Fatalf("ServersStopped = %q, want %q", waiting, tc.want)
+			}
+		})
+	}
+	stop := ServersToStop([]corev1.Pod{pod("k3k-c-server-0", "old-0", true, true), pod("k3k-c-server-1", "new-1", true, false)}, old)
+	if len(stop) != 1 || stop[0].Name != "k3k-c-server-0" {
+		t.Fatalf("ServersToStop = %v, want only the pod that was there at the mark", stop)
 	}
 }
