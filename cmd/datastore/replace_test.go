@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -179,18 +183,36 @@ func checkReplaced(t *testing.T, c *clientv3.Client, want map[string]string, bef
 	}
 }
 
+// syncBuffer is a bytes.Buffer that a process writes while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // restoreProc starts `datastore restore ARGS…` with stream on stdin.
-func restoreProc(t *testing.T, stream []byte, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func restoreProc(t *testing.T, stream []byte, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"restore"}, args...)...)
 	cmd.Stdin = bytes.NewReader(stream)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return cmd, &out
+	return cmd, out
 }
 
 // TestInPlaceRestoreReplacesTheDataAndMovesRevisionsForward: on both
@@ -279,4 +301,40 @@ func TestAnInPlaceRestoreKilledMidwayFinishesWhenRunAgain(t *testing.T) {
 			checkReplaced(t, target.client, want, before)
 		})
 	}
+}
+
+// TestASecondReplaceWaitsForTheFirst: a replace goes on when the k3kcli
+// that started it went away, and the user runs k3kcli again. The second
+// replace waits on the sidecar's restore lock (held here by the test) and
+// writes nothing until it is free, then does the job.
+func TestASecondReplaceWaitsForTheFirst(t *testing.T) {
+	target := sqliteReplaceTarget(t)
+	stream, want := snapshotState(t, target, 50)
+	changeAfterSnapshot(t, target.client, 50)
+	before := revision(t, target.client)
+	tmp := target.restore[slices.Index(target.restore, "--tmp-dir")+1]
+	lock, err := os.OpenFile(filepath.Join(tmp, restoreLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := restoreProc(t, stream, target.restore...)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "waiting for another restore") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second replace did not wait for the lock:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if got := revision(t, target.client); got != before {
+		t.Fatalf("the waiting replace wrote: revision %d → %d", before, got)
+	}
+	lock.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the replace, once the lock was free: %v\n%s", err, out)
+	}
+	checkReplaced(t, target.client, want, before)
 }

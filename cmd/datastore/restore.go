@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,6 +85,13 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 			return err
 		}
 	}
+	if o.replace {
+		unlock, err := lockRestore(ctx, o.tmpDir, stderr)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	path := filepath.Join(o.tmpDir, "restore-"+strconv.Itoa(os.Getpid())+".db")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -153,4 +161,40 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 	fmt.Fprintf(stderr, "replaced the datastore's data with %d keys of a %s snapshot at revision %d in %s: %d keys deleted, revisions %d to %d, compacted at %d (left out: %d under a lease, %d of the datastore's own)\n",
 		res.Restored, m.Datastore, m.Revision, time.Since(start).Round(time.Millisecond), res.Deleted, res.Before+1, res.After, res.After, res.Leased, res.Other)
 	return nil
+}
+
+// restoreLockFile, in --tmp-dir, is held by a replace for its whole run.
+const restoreLockFile = "restore.lock"
+
+// lockRestore takes the sidecar's restore lock, waiting while another
+// replace holds it. A replace goes on when the k3kcli that started it went
+// away (its exec stream cut), and the user then runs k3kcli again: the second
+// replace waits for the first instead of racing it key by key. The kernel
+// drops the lock with its process, so a killed replace never leaves it held.
+func lockRestore(ctx context.Context, dir string, stderr io.Writer) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, restoreLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the restore lock: %w", err)
+	}
+	said := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("taking the restore lock: %w", err)
+		}
+		if !said {
+			fmt.Fprintf(stderr, "waiting for another restore in this datastore sidecar to finish\n")
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("another restore in this datastore sidecar did not finish: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
