@@ -139,15 +139,31 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 // runReplace is `restore --replace`: snapshot.Replace, then the compaction at
 // the revision it ended at, checked by asking for the revision before it.
 func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, keys snapshot.KeySource, m snapshot.Manifest, stderr io.Writer, start time.Time) error {
+	compact := func(rev int64) error {
+		if o.sqliteDataDir != "" {
+			_, err := sqlite.CompactTo(ctx, filepath.Join(o.sqliteDataDir, sqlite.DatabaseFile), rev)
+			return err
+		}
+		if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			return err
+		}
+		return nil
+	}
+	// The history before the restore first: no server runs, so nothing
+	// needs it, and the space it frees takes the restore's writes (an etcd
+	// member near its quota would otherwise raise NOSPACE midway).
+	head, err := cli.Get(ctx, snapshot.RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("reading the datastore's revision: %w", err)
+	}
+	if err := compact(head.Header.Revision); err != nil {
+		return fmt.Errorf("compacting the datastore before the restore (nothing replaced yet): %w", err)
+	}
 	res, err := snapshot.Replace(ctx, cli, keys)
 	if err != nil {
 		return fmt.Errorf("replacing the datastore's data after %d keys written and %d deleted (run the restore again to finish it): %w", res.Restored, res.Deleted, err)
 	}
-	if o.sqliteDataDir != "" {
-		if _, err := sqlite.CompactTo(ctx, filepath.Join(o.sqliteDataDir, sqlite.DatabaseFile), res.After); err != nil {
-			return fmt.Errorf("data replaced, but not compacted (run the restore again to finish it): %w", err)
-		}
-	} else if _, err := cli.Compact(ctx, res.After, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+	if err := compact(res.After); err != nil {
 		return fmt.Errorf("data replaced, but not compacted (run the restore again to finish it): %w", err)
 	}
 	if res.Before < res.After {

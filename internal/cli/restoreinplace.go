@@ -83,7 +83,9 @@ import (
 // servers' volumes with the restored bootstrap data and refuses to start
 // when they differ and the files on disk are newer. Such a snapshot goes
 // into a new cluster (create --restore-from). A snapshot of another Cluster
-// with the same token (one restored from it, or the other way) is fine.
+// with the same token (one restored from it, or the other way) is fine. The
+// same check of k3s's stops a restore of a snapshot taken before this
+// cluster's CA or encryption keys were rotated; nothing here can see that.
 
 // tokenBeforeRestoreKey is where the token Secret keeps the cluster's token
 // while an in-place restore is pending: not projected into the pods, so k3s
