@@ -45,6 +45,12 @@ const AnnotationEtcdRecover = "k3k.io/etcd-recover"
 // servers start, their datastores empty and k3s waiting for the token, so
 // that the data can be loaded into the datastore before k3s first starts. It
 // changes nothing for a cluster whose token Secret holds a token.
+//
+// k3kcli cluster restore (in place) sets it too, with a value starting
+// "in-place/", and sets it on the token Secret as well, whose token it has
+// moved out of the key the pods mount: a server pod's publisher restores no
+// token into a Secret so annotated, so k3s stays stopped while the
+// datastore's data is replaced.
 const AnnotationRestorePending = "k3k.io/restore-pending"
 
 // FinalizerEtcdMember holds an etcd server pod until its member has been

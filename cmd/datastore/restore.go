@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -21,6 +24,11 @@ import (
 
 type restoreOptions struct {
 	endpoint, dialAddress, caFile, certFile, keyFile, tmpDir string
+	// replace is the in-place restore: the datastore holds data already.
+	replace bool
+	// sqliteDataDir is the data dir of the sqlite datastore at endpoint,
+	// whose database a replace compacts itself (see sqlite.CompactTo).
+	sqliteDataDir string
 }
 
 // newRestoreCommand is `datastore restore`: the keys of a snapshot, read from
@@ -28,15 +36,25 @@ type restoreOptions struct {
 func newRestoreCommand() *cobra.Command {
 	var o restoreOptions
 	cmd := &cobra.Command{
-		Use:   "restore --endpoint URL --tmp-dir DIR [--dial-address HOST:PORT] [--ca-file FILE --cert-file FILE --key-file FILE] < STREAM",
-		Short: "Load a snapshot into the empty datastore of a new cluster",
+		Use:   "restore --endpoint URL --tmp-dir DIR [--replace [--sqlite-data-dir DIR]] [--dial-address HOST:PORT] [--ca-file FILE --cert-file FILE --key-file FILE] < STREAM",
+		Short: "Load a snapshot into the empty datastore of a new cluster, or replace a datastore's data with it",
 		Long: `Read a k3k snapshot stream (as datastore snapshot writes it) from stdin into a
 file in --tmp-dir, check it, and write every live key of it under /registry/ and
 /bootstrap/ into the datastore at --endpoint through the etcd API, each only if
 it is absent. A datastore that holds any such key already is refused before the
 first write. Keys written under a lease (Events) are left out. k3kcli cluster
 create --restore-from runs it in the new cluster's first server pod, whose k3s
-waits for its token until this is done.`,
+waits for its token until this is done.
+
+With --replace (k3kcli cluster restore, while no k3s server runs) the datastore
+may hold data: every live snapshot key is written, every other key under
+/registry/ and /bootstrap/ deleted, all through the etcd API so that every
+restored key gets a revision newer than any a client holds, and the datastore
+is then compacted at the resulting revision, so that a watch or list from an
+older revision is told to relist. The sqlite datastore is compacted in its
+database file (--sqlite-data-dir), because kine does not honour a Compact
+request exactly; etcd through its Compact API. Running it again after an
+interruption finishes the job.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runRestore(cmd.Context(), o, cmd.InOrStdin(), cmd.ErrOrStderr())
@@ -49,6 +67,8 @@ waits for its token until this is done.`,
 	f.StringVar(&o.certFile, "cert-file", "", "client certificate, for an https endpoint")
 	f.StringVar(&o.keyFile, "key-file", "", "client key, for an https endpoint")
 	f.StringVar(&o.tmpDir, "tmp-dir", "", "directory for the snapshot while it is read (required)")
+	f.BoolVar(&o.replace, "replace", false, "replace the datastore's data with the snapshot's (in-place restore) instead of refusing a datastore that holds data")
+	f.StringVar(&o.sqliteDataDir, "sqlite-data-dir", "", "with --replace into the sqlite datastore: its data dir, whose database is compacted directly")
 	_ = cmd.MarkFlagRequired("endpoint")
 	_ = cmd.MarkFlagRequired("tmp-dir")
 	return cmd
@@ -64,6 +84,13 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 		if tlsConfig, err = loadClientTLS(o.caFile, o.certFile, o.keyFile); err != nil {
 			return err
 		}
+	}
+	if o.replace {
+		unlock, err := lockRestore(ctx, o.tmpDir, stderr)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	path := filepath.Join(o.tmpDir, "restore-"+strconv.Itoa(os.Getpid())+".db")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -97,6 +124,9 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 	}
 	defer cli.Close()
 	start := time.Now()
+	if o.replace {
+		return runReplace(ctx, o, cli, keys, m, stderr, start)
+	}
 	res, err := snapshot.Load(ctx, cli, keys)
 	if err != nil {
 		return fmt.Errorf("restoring after %d keys: %w", res.Restored, err)
@@ -104,4 +134,83 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 	fmt.Fprintf(stderr, "restored %d keys of a %s snapshot at revision %d in %s (left out: %d under a lease, %d of the datastore's own)\n",
 		res.Restored, m.Datastore, m.Revision, time.Since(start).Round(time.Millisecond), res.Leased, res.Other)
 	return nil
+}
+
+// runReplace is `restore --replace`: snapshot.Replace, then the compaction at
+// the revision it ended at, checked by asking for the revision before it.
+func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, keys snapshot.KeySource, m snapshot.Manifest, stderr io.Writer, start time.Time) error {
+	compact := func(rev int64) error {
+		if o.sqliteDataDir != "" {
+			_, err := sqlite.CompactTo(ctx, filepath.Join(o.sqliteDataDir, sqlite.DatabaseFile), rev)
+			return err
+		}
+		if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			return err
+		}
+		return nil
+	}
+	// The history before the restore first: no server runs, so nothing
+	// needs it, and the space it frees takes the restore's writes (an etcd
+	// member near its quota would otherwise raise NOSPACE midway).
+	head, err := cli.Get(ctx, snapshot.RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("reading the datastore's revision: %w", err)
+	}
+	if err := compact(head.Header.Revision); err != nil {
+		return fmt.Errorf("compacting the datastore before the restore (nothing replaced yet): %w", err)
+	}
+	res, err := snapshot.Replace(ctx, cli, keys)
+	if err != nil {
+		return fmt.Errorf("replacing the datastore's data after %d keys written and %d deleted (run the restore again to finish it): %w", res.Restored, res.Deleted, err)
+	}
+	if err := compact(res.After); err != nil {
+		return fmt.Errorf("data replaced, but not compacted (run the restore again to finish it): %w", err)
+	}
+	if res.Before < res.After {
+		// A datastore that ignored the compaction would serve the
+		// pre-restore history to a client at an old revision.
+		_, err := cli.Get(ctx, snapshot.RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(res.Before))
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return fmt.Errorf("data replaced, but revision %d is still served after compacting at %d (%v): is --sqlite-data-dir missing for a sqlite datastore?", res.Before, res.After, err)
+		}
+	}
+	fmt.Fprintf(stderr, "replaced the datastore's data with %d keys of a %s snapshot at revision %d in %s: %d keys deleted, revisions %d to %d, compacted at %d (left out: %d under a lease, %d of the datastore's own)\n",
+		res.Restored, m.Datastore, m.Revision, time.Since(start).Round(time.Millisecond), res.Deleted, res.Before+1, res.After, res.After, res.Leased, res.Other)
+	return nil
+}
+
+// restoreLockFile, in --tmp-dir, is held by a replace for its whole run.
+const restoreLockFile = "restore.lock"
+
+// lockRestore takes the sidecar's restore lock, waiting while another
+// replace holds it. A replace goes on when the k3kcli that started it went
+// away (its exec stream cut), and the user then runs k3kcli again: the second
+// replace waits for the first instead of racing it key by key. The kernel
+// drops the lock with its process, so a killed replace never leaves it held.
+func lockRestore(ctx context.Context, dir string, stderr io.Writer) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, restoreLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the restore lock: %w", err)
+	}
+	said := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("taking the restore lock: %w", err)
+		}
+		if !said {
+			fmt.Fprintf(stderr, "waiting for another restore in this datastore sidecar to finish\n")
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("another restore in this datastore sidecar did not finish: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

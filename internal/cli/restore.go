@@ -45,6 +45,8 @@ type pendingRestore struct {
 	archive  snapshot.Archive
 	dir      string
 	dataPath string
+	// replace loads it into a datastore that holds data (in-place restore).
+	replace bool
 }
 
 // openRestore checks the snapshot at path and that the cluster about to be
@@ -58,9 +60,23 @@ func openRestore(ctx context.Context, s *session, path string, c *v1beta1.Cluste
 		return nil, usageErr("restore into another name, or delete the PersistentVolumeClaims labelled "+v1beta1.LabelCluster+"="+c.Name,
 			"--restore-from: volumes of an earlier cluster %s/%s exist (%s): a restore goes into a new cluster", c.Namespace, c.Name, claims.Items[0].Name)
 	}
+	p, err := readSnapshotFile(path, "--restore-from")
+	if err != nil {
+		return nil, err
+	}
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[v1beta1.AnnotationRestorePending] = p.archive.Manifest.SHA256[:16]
+	return p, nil
+}
+
+// readSnapshotFile checks the snapshot file at path, given with flag, entry
+// by entry against its manifest, and keeps its data in a temporary file.
+func readSnapshotFile(path, flag string) (*pendingRestore, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, usageErr("give the file k3kcli cluster snapshot wrote", "--restore-from: %v", err)
+		return nil, usageErr("give the file k3kcli cluster snapshot wrote", "%s: %v", flag, err)
 	}
 	defer f.Close()
 	dir, err := os.MkdirTemp("", "k3k-restore-")
@@ -79,12 +95,8 @@ func openRestore(ctx context.Context, s *session, path string, c *v1beta1.Cluste
 	}
 	if err != nil {
 		p.cleanup()
-		return nil, usageErr("give the file k3kcli cluster snapshot wrote", "--restore-from %s is not a usable snapshot: %v", path, err)
+		return nil, usageErr("give the file k3kcli cluster snapshot wrote", "%s %s is not a usable snapshot: %v", flag, path, err)
 	}
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations[v1beta1.AnnotationRestorePending] = p.archive.Manifest.SHA256[:16]
 	return p, nil
 }
 
@@ -164,10 +176,25 @@ func SidecarRestoreCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod str
 	return []string{"/usr/local/bin/datastore", "restore", "--endpoint=http://127.0.0.1:" + port, "--tmp-dir=" + layout.DatastorePodDir}
 }
 
+// SidecarReplaceCommand is what replaces the data of pod's datastore with a
+// snapshot's (in-place restore): SidecarRestoreCommand with --replace, and
+// for sqlite the data dir, whose database the sidecar compacts itself.
+func SidecarReplaceCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod string) []string {
+	command := append(SidecarRestoreCommand(c, ds, pod), "--replace")
+	if ds == v1beta1.SQLiteDatastore {
+		command = append(command, "--sqlite-data-dir="+layout.DatastoreDataDir)
+	}
+	return command
+}
+
 // load streams the snapshot's data into the sidecar's `datastore restore`
 // and returns what it said.
 func (p *pendingRestore) load(ctx context.Context, rc *rest.Config, c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod *corev1.Pod) (string, error) {
-	exec, err := sidecarExecutor(rc, pod, SidecarRestoreCommand(c, ds, pod.Name), true)
+	command := SidecarRestoreCommand(c, ds, pod.Name)
+	if p.replace {
+		command = SidecarReplaceCommand(c, ds, pod.Name)
+	}
+	exec, err := sidecarExecutor(rc, pod, command, true)
 	if err != nil {
 		return "", err
 	}
@@ -190,9 +217,13 @@ func (p *pendingRestore) load(ctx context.Context, rc *rest.Config, c *v1beta1.C
 	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &stdout, Stderr: &limitedBuffer{b: &stderr, max: 16 << 10}})
 	_ = pr.Close()
 	if err != nil {
+		hint := "delete the cluster (its token was not given, so k3s never started on partial data) and run the restore again"
+		if p.replace {
+			hint = inPlaceHint
+		}
 		return "", &Error{Code: ExitError,
 			Msg:  fmt.Sprintf("loading the snapshot in pod %s/%s: %v; the sidecar said: %s", pod.Namespace, pod.Name, err, lastLines(stderr.String(), 3)),
-			Hint: "delete the cluster (its token was not given, so k3s never started on partial data) and run the restore again", Err: err}
+			Hint: hint, Err: err}
 	}
 	return lastLines(stderr.String(), 1), nil
 }

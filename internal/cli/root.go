@@ -21,6 +21,8 @@ import (
 // streams and the clock; main uses Defaults.
 type Options struct {
 	Out, Err io.Writer
+	// In is where a command reads a confirmation; nil answers no.
+	In io.Reader
 	// Now is the clock used for ages and elapsed times.
 	Now func() time.Time
 	// PollInterval is how often waiting commands look at the cluster again.
@@ -37,7 +39,7 @@ type Options struct {
 
 // Defaults are the Options of the real command.
 func Defaults() Options {
-	return Options{Out: os.Stdout, Err: os.Stderr, Now: time.Now, PollInterval: 2 * time.Second, Heartbeat: 30 * time.Second, ReachWait: 30 * time.Second}
+	return Options{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Now: time.Now, PollInterval: 2 * time.Second, Heartbeat: 30 * time.Second, ReachWait: 30 * time.Second}
 }
 
 // globalFlags are the host-cluster connection flags every command shares.
@@ -138,7 +140,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 		Args:  noArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g), newRecoverCommand(o, g), newSnapshotCommand(o, g))
+	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g), newRecoverCommand(o, g), newSnapshotCommand(o, g), newRestoreCommand(o, g))
 	cluster.AddCommand(newConnectCommand(o, g), newUpdateCommand(o, g), newPauseCommand(o, g), newResumeCommand(o, g))
 	kubeconfig := &cobra.Command{
 		Use:   "kubeconfig",

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
 	"github.com/k3k-io/k3k/pkg/layout"
 )
@@ -399,13 +400,20 @@ func keepPublished(published []byte, want *kubeconfig.Kubeconfig, now time.Time,
 }
 
 // syncToken restores the token Secret's value from the server's token file when the
-// value is missing. A value that is present is left alone, whatever it is.
+// value is missing, unless the Secret is marked restore-pending (k3kcli cluster
+// restore). A value that is present is left alone, whatever it is.
 func (p *Publisher) syncToken(ctx context.Context) (bool, error) {
 	secret, err := p.get(ctx, p.cfg.TokenSecretName)
 	if err != nil {
 		return false, err
 	}
 	if len(secret.Data[layout.SecretKeyToken]) > 0 {
+		return false, nil
+	}
+	if _, ok := secret.Annotations[v1beta1.AnnotationRestorePending]; ok {
+		// An in-place restore emptied the Secret on purpose: the server's
+		// own copy is the token of the data being replaced, and k3s must
+		// not start until the snapshot's data and token are in place.
 		return false, nil
 	}
 	data, err := os.ReadFile(p.cfg.TokenPath)

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
@@ -395,6 +396,25 @@ func TestTokenSecretRestoredFromServer(t *testing.T) {
 	}
 	if got := token(); got != tn.token {
 		t.Fatalf("restored token differs from the server's (len %d vs %d)", len(got), len(tn.token))
+	}
+
+	// Emptied by an in-place restore (k3kcli cluster restore), which marks
+	// the Secret: the server's copy is the token of the data being
+	// replaced, so nothing is restored until the mark is gone.
+	s = tn.secret(t, tn.tokenSecret)
+	s.Annotations = map[string]string{v1beta1.AnnotationRestorePending: "in-place"}
+	s.Data = map[string][]byte{}
+	_, err = hostAdmin.CoreV1().Secrets(tn.namespace).Update(ctx, s, metav1.UpdateOptions{})
+	must(t, err)
+	if res, err := p.Sync(ctx); err != nil || res.TokenRestored || token() != "" {
+		t.Fatalf("Sync() with the token emptied by a restore = %+v, %v; token restored: %v", res, err, token() != "")
+	}
+	s = tn.secret(t, tn.tokenSecret)
+	s.Annotations = nil
+	_, err = hostAdmin.CoreV1().Secrets(tn.namespace).Update(ctx, s, metav1.UpdateOptions{})
+	must(t, err)
+	if res, err := p.Sync(ctx); err != nil || !res.TokenRestored || token() != tn.token {
+		t.Fatalf("Sync() once the restore mark is gone = %+v, %v", res, err)
 	}
 
 	// The whole Secret deleted, while the publisher runs: it reports and retries

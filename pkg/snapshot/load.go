@@ -61,16 +61,7 @@ func Load(ctx context.Context, kv clientv3.KV, keys KeySource) (LoadResult, erro
 	}
 	var res LoadResult
 	err := keys(func(key string, value []byte, lease int64) error {
-		restored := false
-		for _, p := range RestoredPrefixes {
-			restored = restored || strings.HasPrefix(key, p)
-		}
-		switch {
-		case !restored || datastoreKeys[key]:
-			res.Other++
-			return nil
-		case lease != 0:
-			res.Leased++
+		if !restorable(&res, key, lease) {
 			return nil
 		}
 		resp, err := kv.Txn(ctx).
@@ -87,4 +78,116 @@ func Load(ctx context.Context, kv clientv3.KV, keys KeySource) (LoadResult, erro
 		return nil
 	})
 	return res, err
+}
+
+// restorable reports whether Load and Replace write key, and else which of
+// res's counters it adds to.
+func restorable(res *LoadResult, key string, lease int64) bool {
+	restored := false
+	for _, p := range RestoredPrefixes {
+		restored = restored || strings.HasPrefix(key, p)
+	}
+	switch {
+	case !restored || datastoreKeys[key]:
+		res.Other++
+		return false
+	case lease != 0:
+		res.Leased++
+		return false
+	}
+	return true
+}
+
+// ReplaceResult is what Replace did.
+type ReplaceResult struct {
+	LoadResult
+	// Deleted keys were live in the target, under RestoredPrefixes, and not
+	// in the snapshot (or only under a lease there).
+	Deleted int
+	// Before is the target's revision before Replace wrote anything: every
+	// key it wrote or deleted has a higher mod revision, so no client can
+	// hold a resourceVersion as new as any restored object.
+	Before int64
+	// After is the target's revision once Replace was done: compact the
+	// target at it, so that a watch or list from an older revision is told
+	// that it was compacted and relists.
+	After int64
+}
+
+// replacePage bounds the keys one listing of the target returns.
+const replacePage = 1000
+
+// Replace makes the cluster keys of a datastore that holds data already
+// exactly those of a snapshot: the in-place restore (`datastore restore
+// --replace`), run while no k3s server uses the datastore. Through the etcd
+// API, every live snapshot key under RestoredPrefixes is written (even when
+// the target holds the same value: the key must get a new revision), then
+// every live target key under RestoredPrefixes that was not written is
+// deleted. Revisions therefore only move forward: a client that held
+// resourceVersion r <= Before sees every restored object as changed after r,
+// and once the caller compacted at After it is told to relist rather than
+// being handed time going backwards, as a restore of the snapshot's own
+// revisions would.
+//
+// Nothing here is atomic, and nothing needs to be: a Replace interrupted at
+// any point leaves keys that a second Replace of the same snapshot writes or
+// deletes again, so running it again finishes the job. Keys under a lease in
+// the snapshot are left out as Load leaves them out, and deleted from the
+// target (Events, endpoint leases: the servers write their own).
+func Replace(ctx context.Context, kv clientv3.KV, keys KeySource) (ReplaceResult, error) {
+	var res ReplaceResult
+	head, err := kv.Get(ctx, RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return res, fmt.Errorf("reading the target's revision: %w", err)
+	}
+	res.Before, res.After = head.Header.Revision, head.Header.Revision
+	written := map[string]bool{}
+	err = keys(func(key string, value []byte, lease int64) error {
+		if !restorable(&res.LoadResult, key, lease) {
+			return nil
+		}
+		resp, err := kv.Put(ctx, key, string(value))
+		if err != nil {
+			return fmt.Errorf("writing key %d: %w", res.Restored+1, err)
+		}
+		written[key] = true
+		res.Restored++
+		res.After = max(res.After, resp.Header.Revision)
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, p := range RestoredPrefixes {
+		end := clientv3.GetPrefixRangeEnd(p)
+		for from := p; ; {
+			page, err := kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(replacePage))
+			if err != nil {
+				return res, fmt.Errorf("listing the target's keys under %s: %w", p, err)
+			}
+			for _, k := range page.Kvs {
+				key := string(k.Key)
+				if written[key] || datastoreKeys[key] {
+					continue
+				}
+				// The form kube-apiserver deletes with, which kine serves too.
+				resp, err := kv.Txn(ctx).
+					If(clientv3.Compare(clientv3.ModRevision(key), "=", k.ModRevision)).
+					Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+				if err != nil {
+					return res, fmt.Errorf("deleting a key that is not in the snapshot: %w", err)
+				}
+				if !resp.Succeeded {
+					return res, fmt.Errorf("key %s changed in the target during the restore: something else writes it", key)
+				}
+				res.Deleted++
+				res.After = max(res.After, resp.Header.Revision)
+			}
+			if !page.More || len(page.Kvs) == 0 {
+				break
+			}
+			from = string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
+		}
+	}
+	return res, nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -60,6 +61,10 @@ func restorePending(c *v1beta1.Cluster) bool {
 // tokenAwaitingRestoreMessage is TokenReady's message while the token Secret
 // waits for the servers, or a restore, to fill it.
 func tokenAwaitingRestoreMessage(c *v1beta1.Cluster, secret string) string {
+	if strings.HasPrefix(c.Annotations[v1beta1.AnnotationRestorePending], "in-place/") {
+		return fmt.Sprintf("restoring in place from a snapshot (k3kcli cluster restore, annotation %s): k3s is stopped on every server and waits for its token while the datastore's data is replaced; "+
+			"Secret %s gets the snapshot's token when that is done. If it stays so, the restore was interrupted: run the same k3kcli cluster restore again to finish it", v1beta1.AnnotationRestorePending, secret)
+	}
 	if restorePending(c) {
 		return fmt.Sprintf("restoring from a snapshot (annotation %s): Secret %s gets the snapshot's token once its data is loaded into the datastore; k3s waits for it. "+
 			"If it stays so, the restore was interrupted: delete the Cluster and restore again", v1beta1.AnnotationRestorePending, secret)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -334,4 +335,61 @@ func startedToRestore(got []string) []string {
 		}
 	}
 	return out
+}
+
+// TestInPlaceRestoreHoldsTheTokenBack is the controller's half of `cluster
+// restore` (in place): once k3kcli annotated the Cluster restore-pending
+// (in-place/…) and moved the token out of the Secret's token key, the
+// controller generates no token, leaves the kept one alone and says in
+// TokenReady that the restore is under way and how to finish it; once the
+// snapshot's token is back and the annotation gone, the token is ready.
+func TestInPlaceRestoreHoldsTheTokenBack(t *testing.T) {
+	r, _ := newReconciler(t)
+	c := newCluster(newNamespace(t), "inplace", func(*v1beta1.Cluster) {})
+	createCluster(t, c)
+	reconcileOnce(t, r, c)
+	n := layout.NamesFor(c)
+	token := &corev1.Secret{}
+	get(t, c, n.Token, token)
+	before := token.Data[layout.SecretKeyToken]
+	if len(before) == 0 {
+		t.Fatal("no token generated")
+	}
+
+	// What k3kcli cluster restore does before it stops the servers.
+	get(t, c, c.Name, c)
+	c.Annotations = map[string]string{v1beta1.AnnotationRestorePending: "in-place/0123456789abcdef"}
+	if err := k8s.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	token.Annotations = map[string]string{v1beta1.AnnotationRestorePending: ""}
+	token.Data = map[string][]byte{"token-before-restore": before}
+	if err := k8s.Update(context.Background(), token); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+	get(t, c, n.Token, token)
+	if len(token.Data[layout.SecretKeyToken]) != 0 || !bytes.Equal(token.Data["token-before-restore"], before) {
+		t.Fatal("the controller wrote the token Secret during an in-place restore")
+	}
+	cond := condition(t, c, v1beta1.ConditionTokenReady)
+	if cond.Status != metav1.ConditionFalse || cond.Reason != v1beta1.ReasonTokenAwaitingRestore ||
+		!strings.Contains(cond.Message, "restoring in place") || !strings.Contains(cond.Message, "run the same k3kcli cluster restore again") {
+		t.Fatalf("TokenReady during an in-place restore: %+v", cond)
+	}
+
+	token.Annotations = nil
+	token.Data = map[string][]byte{layout.SecretKeyToken: before}
+	if err := k8s.Update(context.Background(), token); err != nil {
+		t.Fatal(err)
+	}
+	get(t, c, c.Name, c)
+	delete(c.Annotations, v1beta1.AnnotationRestorePending)
+	if err := k8s.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+	if cond := condition(t, c, v1beta1.ConditionTokenReady); cond.Status != metav1.ConditionTrue {
+		t.Fatalf("TokenReady after the restore: %+v", cond)
+	}
 }
