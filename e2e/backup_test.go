@@ -212,7 +212,10 @@ func claimReader(t *testing.T, ns, claim string) string {
 		if err != nil {
 			return false, err
 		}
-		return podReady(p), fmt.Errorf("phase %s", p.Status.Phase)
+		if !podReady(p) {
+			return false, fmt.Errorf("phase %s, not ready", p.Status.Phase)
+		}
+		return true, nil
 	})
 	return pod.Name
 }
