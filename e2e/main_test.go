@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // The suite is configured from the environment (hack/e2e.sh sets it):
@@ -51,6 +53,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// controller-runtime's clients log through its global logger; without one
+	// set, the first client prints a stack trace about it into the test output.
+	ctrllog.SetLogger(logr.Discard())
 	code, err := setup(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)
