@@ -93,6 +93,7 @@ test: tools ## Unit, datastore and envtest suites against a kube-apiserver built
 .PHONY: bench
 bench: ## Every benchmark; each prints a table.
 	$(MAKE) bench-datastore
+	$(MAKE) bench-backup
 	$(MAKE) bench-controller
 
 ##@ Run

@@ -6,16 +6,25 @@ DATASTORE_BENCH_DIR ?= /var/tmp
 DATASTORE_CRASH_ROUNDS ?= 200
 BENCH_CLUSTERS ?= 300
 BENCH_WORKERS ?= 1,2,4,8
+BACKUP_BENCH_ROUNDS ?= 3
+BACKUP_BENCH_OBJECTS ?= 10000
 
 ##@ Benchmarks and long tests
 
-.PHONY: bench-datastore bench-controller test-datastore-crash
+.PHONY: bench-datastore bench-backup bench-controller test-datastore-crash
 
 bench-datastore: ## SQLite datastore vs stock kine vs one etcd member, through the etcd API and kube-apiserver (DATASTORE_BENCH_DIR); prints a table.
 	@mkdir -p $(OUTPUT)/bench
 	CGO_ENABLED=0 $(GO) build -o $(OUTPUT)/bench/datastore ./cmd/datastore
 	CGO_ENABLED=0 $(GO) build -o $(OUTPUT)/bench/datastore-bench ./hack/bench/datastore
 	K3K_TOOLS_DIR=$(TOOLS_DIR) $(OUTPUT)/bench/datastore-bench --datastore-bin $(OUTPUT)/bench/datastore --dir $(DATASTORE_BENCH_DIR)
+
+bench-backup: ## Snapshot time and size of BACKUP_BENCH_OBJECTS ConfigMaps, restore into a new datastore and in place, sqlite vs one etcd member, over BACKUP_BENCH_ROUNDS rounds (DATASTORE_BENCH_DIR); prints a table.
+	@mkdir -p $(OUTPUT)/bench
+	CGO_ENABLED=0 $(GO) build -o $(OUTPUT)/bench/datastore ./cmd/datastore
+	CGO_ENABLED=0 $(GO) build -o $(OUTPUT)/bench/backup-bench ./hack/bench/backup
+	$(OUTPUT)/bench/backup-bench --datastore-bin $(OUTPUT)/bench/datastore --dir $(DATASTORE_BENCH_DIR) \
+		--rounds $(BACKUP_BENCH_ROUNDS) --objects $(BACKUP_BENCH_OBJECTS)
 
 bench-controller: ## Cold start of the controller with BENCH_CLUSTERS Clusters for each --workers in BENCH_WORKERS, against envtest; prints a table.
 	@mkdir -p $(OUTPUT)/bench
