@@ -30,8 +30,12 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 4 && os.Args[1] == "serve-kine" {
-		exitOn(serveKine(os.Args[2], os.Args[3]))
+	if len(os.Args) == 5 && os.Args[1] == "serve-kine" {
+		exitOn(serveKine(os.Args[2], os.Args[3], os.Args[4]))
+		return
+	}
+	if len(os.Args) == 6 && os.Args[1] == "serve-sqlite" {
+		exitOn(serveSQLite(os.Args[2], os.Args[3], os.Args[4], os.Args[5]))
 		return
 	}
 	if len(os.Args) == 4 && os.Args[1] == "serve-etcd" {
@@ -52,6 +56,8 @@ func main() {
 	scale := flag.Float64("scale", 1, "multiplies the number of operations")
 	apiserver := flag.Bool("apiserver", true, "also measure through kube-apiserver")
 	rounds := flag.Int("rounds", 3, "how often every datastore is measured; each round starts with the next datastore in turn, and the table gives medians")
+	profileDir := flag.String("profile-dir", "", "write a CPU profile of every write step of sqlite, sqlite-commit and kine into this directory (go tool pprof); sqlite and sqlite-commit then run inside the bench binary (the same library as the datastore binary)")
+	keep := flag.Bool("keep-data", false, "keep every datastore's data dir (printed at the end), e.g. to inspect the SQLite files")
 	flag.Parse()
 	if *bin == "" {
 		exitOn(fmt.Errorf("--datastore-bin is required"))
@@ -64,9 +70,16 @@ func main() {
 	}
 	base, err := os.MkdirTemp(*dir, "k3k-bench-")
 	exitOn(err)
-	defer os.RemoveAll(base)
+	if *keep {
+		defer fmt.Fprintln(os.Stderr, "data kept in", base)
+	} else {
+		defer os.RemoveAll(base)
+	}
+	if *profileDir != "" {
+		exitOn(os.MkdirAll(*profileDir, 0o755))
+	}
 
-	b := &bench{scale: *scale, baseBin: *baseBin, checkEvery: *checkEvery}
+	b := &bench{scale: *scale, baseBin: *baseBin, checkEvery: *checkEvery, profileDir: *profileDir}
 	names := strings.Split(*kinds, ",")
 	var results []round
 	for r := range *rounds {
@@ -79,12 +92,15 @@ func main() {
 		for i := range names {
 			name := names[(r+i)%len(names)]
 			dir := filepath.Join(base, fmt.Sprintf("%s-%d", name, r+1))
+			b.name, b.round = name, r+1
 			res, err := b.run(name, *bin, dir, *apiserver)
 			exitOn(err)
 			rd.res[name] = res
 			// Measured (its size is in res): the disk holds one datastore's
 			// files at a time, not every round's.
-			exitOn(os.RemoveAll(dir))
+			if !*keep {
+				exitOn(os.RemoveAll(dir))
+			}
 		}
 		results = append(results, rd)
 	}
@@ -102,7 +118,15 @@ type bench struct {
 	scale      float64
 	baseBin    string
 	checkEvery time.Duration
+	profileDir string
 	pid        int // the datastore being measured
+	name       string
+	round      int
+	// control is the measured datastore's metrics URL ("" for etcd), where
+	// kine's SQL counters are read; profiles can be taken there when it runs
+	// in this binary (profiling).
+	control   string
+	profiling bool
 }
 
 // round is one measurement of every datastore: results by datastore, then by
@@ -125,19 +149,35 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	self, _ := os.Executable()
+	cport, err := testenv.FreePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	control := net.JoinHostPort("127.0.0.1", strconv.Itoa(cport))
+	b.control, b.profiling = "http://"+control, false
 	var cmd *exec.Cmd
 	switch name {
-	case "sqlite":
-		cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr)
-	case "sqlite-commit":
-		cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--sync", "commit")
+	case "sqlite", "sqlite-commit":
+		sync := "group"
+		if name == "sqlite-commit" {
+			sync = "commit"
+		}
+		if b.profileDir != "" {
+			cmd = exec.Command(self, "serve-sqlite", dir, addr, sync, control)
+			b.profiling = true
+		} else {
+			cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--sync", sync, "--metrics-address", control)
+		}
 	case "sqlite-base":
-		cmd = exec.Command(b.baseBin, "sqlite", "--data-dir", dir, "--listen-address", addr)
+		cmd = exec.Command(b.baseBin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--metrics-address", control)
 	case "kine":
-		cmd = exec.Command(self, "serve-kine", dir, addr)
+		cmd = exec.Command(self, "serve-kine", dir, addr, control)
+		b.profiling = b.profileDir != ""
 	case "etcd":
 		cmd = exec.Command(self, "serve-etcd", dir, addr)
+		b.control = ""
 	case "etcd-checks":
+		b.control = ""
 		cmd = exec.Command(self, "serve-etcd-checks", dir, addr, b.checkEvery.String())
 	default:
 		return nil, fmt.Errorf("unknown datastore %q", name)
@@ -353,7 +393,7 @@ func printTable(w io.Writer, names []string, rounds []round) {
 		for _, n := range names {
 			var vals []float64
 			for _, rd := range rounds {
-				vals = append(vals, rd.res[n][m])
+				vals = append(vals, metricValue(rd.res[n], m))
 			}
 			row += " " + formatRange(vals) + " |"
 		}
@@ -364,7 +404,7 @@ func printTable(w io.Writer, names []string, rounds []round) {
 				}
 				var ratios []float64
 				for _, rd := range rounds {
-					ratios = append(ratios, rd.res[n][m]/rd.res["etcd"][m])
+					ratios = append(ratios, metricValue(rd.res[n], m)/metricValue(rd.res["etcd"], m))
 				}
 				row += " " + formatRatio(ratios) + " |"
 			}
@@ -378,6 +418,15 @@ func printTable(w io.Writer, names []string, rounds []round) {
 	fmt.Fprintf(w, "\n%d round(s); values are medians over the rounds, ratios the median of each round's ratio (min–max in brackets).\n", len(rounds))
 	fmt.Fprintf(w, "serial fsync rate of the disk (4 KiB write + fdatasync): %.0f/s\n", median(rates))
 	fmt.Fprintln(w, "ops/s: higher is better; ms and MiB: lower is better.")
+}
+
+// metricValue is a metric's value, NaN (printed n/a) when the datastore has none,
+// such as kine's SQL counters for etcd.
+func metricValue(res map[string]float64, metric string) float64 {
+	if v, ok := res[metric]; ok {
+		return v
+	}
+	return math.NaN()
 }
 
 // median of vals, NaN when empty; vals is sorted in place.
@@ -405,6 +454,9 @@ func formatRange(vals []float64) string {
 // formatRatio gives the median ratio, and with more than one round the range.
 func formatRatio(ratios []float64) string {
 	m := median(ratios) // sorts
+	if math.IsNaN(m) || math.IsInf(m, 0) {
+		return "n/a"
+	}
 	if len(ratios) == 1 {
 		return fmt.Sprintf("%.2f", m)
 	}
