@@ -344,3 +344,162 @@ func TestV2ConcurrentWritersLoseNothingAndWatchersSeeEveryRevisionOnce(t *testin
 		}
 	}
 }
+
+// writeMix writes creates, updates, deletes, a re-create, a leased key and
+// kube-apiserver's compaction-key transaction, and returns the revision
+// after the first writes (for reads at an old revision) and the last one.
+func writeMix(ctx context.Context, t *testing.T, c *clientv3.Client, prefix string) (early, last int64) {
+	t.Helper()
+	must := func(r *clientv3.TxnResponse, err error) int64 {
+		t.Helper()
+		if err != nil || !r.Succeeded {
+			t.Fatalf("write under %s: %v %v", prefix, r, err)
+		}
+		return r.Header.Revision
+	}
+	a := must(createTxn(ctx, c, prefix+"a", "a1"))
+	b := must(createTxn(ctx, c, prefix+"b", "b1"))
+	early = must(updateAt(ctx, c, prefix+"a", "a2", a))
+	must(deleteAt(ctx, c, prefix+"b", b))
+	must(createTxn(ctx, c, prefix+"b", "b2"))
+	lease, err := c.Grant(ctx, 3600)
+	if err != nil {
+		t.Fatalf("grant: %v", err)
+	}
+	r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(prefix+"leased"), "=", 0)).
+		Then(clientv3.OpPut(prefix+"leased", "l", clientv3.WithLease(lease.ID))).Commit()
+	must(r, err)
+	// kube-apiserver's compaction transaction on compact_rev_key.
+	// kine keeps it under compact_rev_key_apiserver; absent, its version is 0.
+	g, err := c.Get(ctx, "compact_rev_key")
+	if err != nil {
+		t.Fatalf("get compact_rev_key: %v", err)
+	}
+	var version int64
+	if len(g.Kvs) == 1 {
+		version = g.Kvs[0].Version
+	}
+	r, err = c.Txn(ctx).If(clientv3.Compare(clientv3.Version("compact_rev_key"), "=", version)).
+		Then(clientv3.OpPut("compact_rev_key", prefix)).Else(clientv3.OpGet("compact_rev_key")).Commit()
+	must(r, err)
+	return early, must(createTxn(ctx, c, prefix+"c", "c1"))
+}
+
+// fileView is what a client sees of the whole store: every key with its
+// revisions, the current revision, a list at an old revision, a watch with
+// PrevKV from there, and what a read below the compact revision answers.
+func fileView(ctx context.Context, t *testing.T, c *clientv3.Client, early, last, belowCompact int64) []string {
+	t.Helper()
+	var tr transcript
+	g, err := c.Get(ctx, "", clientv3.WithFromKey())
+	tr.get("everything", g, err)
+	g, err = c.Get(ctx, "/x/", clientv3.WithPrefix(), clientv3.WithRev(early))
+	tr.get("list at an old revision", g, err)
+	g, err = c.Get(ctx, "/x/", clientv3.WithPrefix(), clientv3.WithRev(belowCompact))
+	tr.get("list below the compact revision", g, err)
+	// A watch from early+1 starts after early, the compact revision.
+	tr.watchUntil(ctx, c, "watch", "/x/", early+1, last)
+	return tr.lines
+}
+
+// TestTheEscapeHatchStockKineServesWhatV2WroteAndBack is the operator's way
+// out of v2: v2 writes a mix and compacts, stops; then --backend kine, which
+// is stock kine v0.17.5's logstructured/sqllog over the same file (with our
+// ack guard in front, which reads but never writes the kine table), serves
+// it and must show every key, value and revision, the same old-revision
+// list, watch events with PrevKV and compact revision; it writes more and
+// compacts with kine's own compactor; and v2 started on that file again
+// shows what kine showed.
+func TestTheEscapeHatchStockKineServesWhatV2WroteAndBack(t *testing.T) {
+	dir := t.TempDir()
+	ctx := testContext(t)
+	phase := func(b BackendKind, write func(c *clientv3.Client)) []string {
+		t.Helper()
+		s, err := Open(ctx, Config{DataDir: dir, ListenAddress: "127.0.0.1:0", Backend: b, CompactInterval: -1})
+		if err != nil {
+			t.Fatalf("open with %s: %v", b, err)
+		}
+		defer func() {
+			if err := s.Close(ctx); err != nil {
+				t.Fatalf("close %s: %v", b, err)
+			}
+		}()
+		c := etcdClient(t, s.Endpoint())
+		if write != nil {
+			write(c)
+		}
+		return nil
+	}
+	var early, last, compactedAt int64
+	view := func(b BackendKind) []string {
+		var lines []string
+		phase(b, func(c *clientv3.Client) { lines = fileView(ctx, t, c, early, last, compactedAt-1) })
+		return lines
+	}
+	compactAfterFiller := func(c *clientv3.Client, key string, to int64) {
+		r, err := createTxn(ctx, c, key, "0")
+		if err != nil || !r.Succeeded {
+			t.Fatalf("filler: %v %v", r, err)
+		}
+		rev := r.Header.Revision
+		for i := 1; i <= 1005; i++ {
+			r, err := updateAt(ctx, c, key, fmt.Sprint(i), rev)
+			if err != nil || !r.Succeeded {
+				t.Fatalf("filler: %v %v", r, err)
+			}
+			rev = r.Header.Revision
+		}
+		if _, err := c.Compact(ctx, to); err != nil {
+			t.Fatalf("compact to %d: %v", to, err)
+		}
+	}
+
+	phase(BackendV2, func(c *clientv3.Client) {
+		e, _ := writeMix(ctx, t, c, "/x/")
+		compactAfterFiller(c, "/filler-v2", e)
+		early, compactedAt = e, e
+		_, last = writeMix(ctx, t, c, "/x/2/")
+	})
+	fromV2 := view(BackendV2)
+	fromKine := view(BackendKine)
+	compareViews(t, "stock kine on v2's file", fromV2, fromKine)
+	if testing.Verbose() {
+		t.Logf("v2's view:\n%s", strings.Join(fromV2, "\n"))
+	}
+
+	phase(BackendKine, func(c *clientv3.Client) {
+		_, l := writeMix(ctx, t, c, "/x/3/")
+		compactAfterFiller(c, "/filler-kine", l)
+		compactedAt = l
+		_, last = writeMix(ctx, t, c, "/x/4/")
+	})
+	early = compactedAt
+	kineAgain := view(BackendKine)
+	v2Again := view(BackendV2)
+	compareViews(t, "v2 on kine's file", kineAgain, v2Again)
+	if testing.Verbose() {
+		t.Logf("kine's view:\n%s", strings.Join(kineAgain, "\n"))
+	}
+	if err := CheckIntegrity(ctx, dir+"/"+DatabaseFile); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func compareViews(t *testing.T, what string, want, got []string) {
+	t.Helper()
+	if len(want) < 4 {
+		t.Fatalf("%s: the view is too short to mean anything: %q", what, want)
+	}
+	for i := 0; i < max(len(want), len(got)); i++ {
+		var w, g string
+		if i < len(want) {
+			w = want[i]
+		}
+		if i < len(got) {
+			g = got[i]
+		}
+		if w != g {
+			t.Errorf("%s: line %d differs:\n want: %s\n  got: %s", what, i, w, g)
+		}
+	}
+}

@@ -173,7 +173,10 @@ func (b *Backend) feed(ctx context.Context, last int64, eventc chan<- server.Eve
 			}
 			return
 		}
-		if len(events) > 0 && !send(events, current) {
+		// kine's server refuses (fatally) to send events for a revision a
+		// watch has already been sent: a page that ends before current
+		// says its own last revision, and the next page starts after it.
+		if len(events) > 0 && !send(events, upTo) {
 			return
 		}
 		last = upTo
