@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
 )
 
 func main() {
@@ -34,8 +35,12 @@ func main() {
 		exitOn(serveKine(os.Args[2], os.Args[3], os.Args[4]))
 		return
 	}
-	if len(os.Args) == 6 && os.Args[1] == "serve-sqlite" {
-		exitOn(serveSQLite(os.Args[2], os.Args[3], os.Args[4], os.Args[5]))
+	if (len(os.Args) == 6 || len(os.Args) == 7) && os.Args[1] == "serve-sqlite" {
+		backend := string(sqlite.BackendKine)
+		if len(os.Args) == 7 {
+			backend = os.Args[6]
+		}
+		exitOn(serveSQLite(os.Args[2], os.Args[3], os.Args[4], os.Args[5], backend))
 		return
 	}
 	if len(os.Args) == 4 && os.Args[1] == "serve-etcd" {
@@ -50,13 +55,13 @@ func main() {
 	}
 	bin := flag.String("datastore-bin", "", "path of the datastore binary (built with CGO_ENABLED=0)")
 	dir := flag.String("dir", "/var/tmp", "directory on the disk to measure; every datastore gets a subdirectory")
-	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-base, kine, etcd, etcd-checks (etcd with the corruption checks our members run)")
+	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-v2 (ours with --backend v2), sqlite-base, kine, etcd, etcd-checks (etcd with the corruption checks our members run)")
 	checkEvery := flag.Duration("corrupt-check-interval", 5*time.Second, "the periodic corruption check's interval for etcd-checks (members run it every 5m; shorter, so that hash passes happen during the run)")
 	baseBin := flag.String("base-datastore-bin", "", "another build of the datastore binary, run as the sqlite-base column (e.g. the last release), so that a change is compared side by side in one run")
 	scale := flag.Float64("scale", 1, "multiplies the number of operations")
 	apiserver := flag.Bool("apiserver", true, "also measure through kube-apiserver")
 	rounds := flag.Int("rounds", 3, "how often every datastore is measured; each round starts with the next datastore in turn, and the table gives medians")
-	profileDir := flag.String("profile-dir", "", "write a CPU profile of every write step of sqlite, sqlite-commit and kine into this directory (go tool pprof); sqlite and sqlite-commit then run inside the bench binary (the same library as the datastore binary)")
+	profileDir := flag.String("profile-dir", "", "write a CPU profile of every write step of sqlite, sqlite-commit, sqlite-v2 and kine into this directory (go tool pprof); sqlite, sqlite-commit and sqlite-v2 then run inside the bench binary (the same library as the datastore binary)")
 	keep := flag.Bool("keep-data", false, "keep every datastore's data dir (printed at the end), e.g. to inspect the SQLite files")
 	flag.Parse()
 	if *bin == "" {
@@ -157,16 +162,19 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 	b.control, b.profiling = "http://"+control, false
 	var cmd *exec.Cmd
 	switch name {
-	case "sqlite", "sqlite-commit":
-		sync := "group"
+	case "sqlite", "sqlite-commit", "sqlite-v2":
+		sync, backend := "group", string(sqlite.BackendKine)
 		if name == "sqlite-commit" {
 			sync = "commit"
 		}
+		if name == "sqlite-v2" {
+			backend = string(sqlite.BackendV2)
+		}
 		if b.profileDir != "" {
-			cmd = exec.Command(self, "serve-sqlite", dir, addr, sync, control)
+			cmd = exec.Command(self, "serve-sqlite", dir, addr, sync, control, backend)
 			b.profiling = true
 		} else {
-			cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--sync", sync, "--metrics-address", control)
+			cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--sync", sync, "--backend", backend, "--metrics-address", control)
 		}
 	case "sqlite-base":
 		cmd = exec.Command(b.baseBin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--metrics-address", control)

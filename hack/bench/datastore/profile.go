@@ -27,12 +27,12 @@ import (
 // serveSQLite runs our datastore library in this process, as `datastore
 // sqlite` does, so that --profile-dir can take CPU profiles of it: the library
 // and settings are the binary's, only the process differs (no health server).
-func serveSQLite(dir, addr, sync, controlAddr string) error {
+func serveSQLite(dir, addr, sync, controlAddr, backend string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	reg := prometheus.NewRegistry()
 	srv, err := sqlite.Open(ctx, sqlite.Config{
-		DataDir: dir, ListenAddress: addr, Sync: sqlite.SyncMode(sync), MetricsRegisterer: reg,
+		DataDir: dir, ListenAddress: addr, Sync: sqlite.SyncMode(sync), Backend: sqlite.BackendKind(backend), MetricsRegisterer: reg,
 	})
 	if err != nil {
 		return err

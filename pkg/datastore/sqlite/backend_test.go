@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // backends are the two ways of serving the file; tests that must hold for
@@ -501,5 +503,78 @@ func compareViews(t *testing.T, what string, want, got []string) {
 		if w != g {
 			t.Errorf("%s: line %d differs:\n want: %s\n  got: %s", what, i, w, g)
 		}
+	}
+}
+
+// TestV2AWriteThatFailsInABatchFailsAlone injects a statement error for one
+// key (a trigger that aborts its insert: a real SQLite error, as a full disk
+// gives) while 16 goroutines write: every write of that key is answered
+// Unavailable and not stored, every other write is acknowledged and stored
+// at its revision, and revisions have no gaps (a rolled-back batch uses
+// none up).
+func TestV2AWriteThatFailsInABatchFailsAlone(t *testing.T) {
+	s := openT(t, Config{DataDir: t.TempDir(), Backend: BackendV2})
+	ctx := testContext(t)
+	c := etcdClient(t, s.Endpoint())
+	if _, err := s.side.ExecContext(ctx, `CREATE TRIGGER k3k_test_fail BEFORE INSERT ON kine
+		WHEN NEW.name LIKE '/bad/%' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
+		t.Fatal(err)
+	}
+	start, err := c.Get(ctx, "/nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		revs      = map[int64]string{}
+		badErrors int
+		wg        sync.WaitGroup
+	)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				key := fmt.Sprintf("/good/%d-%d", w, i)
+				if w%4 == 0 && i%2 == 0 {
+					key = fmt.Sprintf("/bad/%d-%d", w, i)
+				}
+				r, err := createTxn(ctx, c, key, "v")
+				mu.Lock()
+				switch {
+				case strings.HasPrefix(key, "/bad/"):
+					if status.Code(err) != codes.Unavailable {
+						t.Errorf("write of %s answered %v, %v; want Unavailable", key, r, err)
+					}
+					badErrors++
+				case err != nil || !r.Succeeded:
+					t.Errorf("write of %s failed: %v %v", key, r, err)
+				default:
+					revs[r.Header.Revision] = key
+				}
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if badErrors != 20 || len(revs) != 140 {
+		t.Fatalf("%d failed and %d stored writes, want 20 and 140", badErrors, len(revs))
+	}
+	for r := start.Header.Revision + 1; r <= start.Header.Revision+140; r++ {
+		key, ok := revs[r]
+		if !ok {
+			t.Fatalf("no acknowledged write at revision %d: revisions have a gap", r)
+		}
+		g, err := c.Get(ctx, key)
+		if err != nil || len(g.Kvs) != 1 || g.Kvs[0].ModRevision != r {
+			t.Fatalf("%s answered at %d is not stored there: %v %v", key, r, g, err)
+		}
+	}
+	g, err := c.Get(ctx, "/bad/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || g.Count != 0 {
+		t.Fatalf("failed writes left %v keys (%v)", g, err)
 	}
 }
