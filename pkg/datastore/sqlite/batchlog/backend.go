@@ -286,8 +286,10 @@ func (b *Backend) getRow(ctx context.Context, q querier, key string, revision, c
 	}
 	r, err := scanRow(q.QueryRowContext(ctx, stmt, key, at), false)
 	if errors.Is(err, sql.ErrNoRows) {
+		counted("v2Get", nil)
 		return r, false, nil
 	}
+	counted("v2Get", err)
 	if err != nil {
 		return r, false, err
 	}
@@ -302,4 +304,21 @@ func (b *Backend) DbSize(ctx context.Context) (int64, error) {
 // CurrentRevision is the visible revision: the newest durable write.
 func (b *Backend) CurrentRevision(context.Context) (int64, error) {
 	return b.visible.Load(), nil
+}
+
+// Statements returns the text of every statement the backend runs on d,
+// by name, so that tests can check their query plans.
+func Statements(d *generic.Generic) map[string]string {
+	b := New(Config{Dialect: d})
+	out := map[string]string{
+		"v2Insert": b.insert, "v2Get": getAt, "v2GetKeys": getKeysAt, "v2Newest": newestRow,
+		"v2CatchUp": catchUp, "v2CountAll": countAll, "v2CountRange": countRange,
+	}
+	for _, keysOnly := range []bool{false, true} {
+		for _, kr := range [][2]string{{"", ""}, {"/a", ""}, {"/a", "/b"}} {
+			q, _ := rangeQuery(kr[0], kr[1], 1, keysOnly)
+			out[fmt.Sprintf("v2RangeScan(%q,%q,keysOnly=%v)", kr[0], kr[1], keysOnly)] = q
+		}
+	}
+	return out
 }

@@ -52,10 +52,13 @@ func (b *Backend) compactTo(ctx context.Context, target int64) {
 			if dbCompact.Int64 != from {
 				return errCompactMoved
 			}
-			if _, err := tx.ExecContext(ctx, b.cfg.Dialect.UpdateCompactSQL.Query, safe); err != nil {
+			_, err := tx.ExecContext(ctx, b.cfg.Dialect.UpdateCompactSQL.Query, safe)
+			counted("UpdateCompact", err)
+			if err != nil {
 				return err
 			}
 			res, err := tx.ExecContext(ctx, b.cfg.Dialect.CompactSQL.Query, from, safe, from, safe)
+			counted("Compact", err)
 			if err != nil {
 				return err
 			}

@@ -20,6 +20,13 @@ const (
 	scanRange   = `WHERE name >= ? AND name < ? AND id <= ? ORDER BY name, id`
 )
 
+// The counts of live keys at a revision: the newest row per key through
+// kine_name_index, as kine's count.
+const (
+	countAll   = `SELECT COUNT(*) FROM kine WHERE deleted = 0 AND id IN (SELECT MAX(id) FROM kine WHERE id <= ? GROUP BY name)`
+	countRange = `SELECT COUNT(*) FROM kine WHERE deleted = 0 AND id IN (SELECT MAX(id) FROM kine WHERE name >= ? AND name < ? AND id <= ? GROUP BY name)`
+)
+
 func rangeQuery(key, end string, at int64, keysOnly bool) (string, []any) {
 	q := scanColumns
 	if keysOnly {
@@ -41,6 +48,7 @@ func rangeQuery(key, end string, at int64, keysOnly bool) (string, []any) {
 func (b *Backend) scanRange(ctx context.Context, key, end string, limit, at int64, keysOnly bool, emit func(*server.KeyValue) bool) error {
 	q, args := rangeQuery(key, end, at, keysOnly)
 	rows, err := b.db.QueryContext(ctx, q, args...)
+	counted("v2RangeScan", err)
 	if err != nil {
 		return err
 	}
@@ -142,14 +150,13 @@ func (b *Backend) Count(ctx context.Context, key, end string, revision int64) (i
 	if revision > 0 {
 		at = revision
 	}
-	inner := `SELECT MAX(id) FROM kine WHERE id <= ? GROUP BY name`
-	args := []any{at}
+	q, args := countAll, []any{at}
 	if key != "" {
 		// kine counts [key, end) even when end is empty (no key then).
-		inner = `SELECT MAX(id) FROM kine WHERE name >= ? AND name < ? AND id <= ? GROUP BY name`
-		args = []any{key, end, at}
+		q, args = countRange, []any{key, end, at}
 	}
 	var n sql.NullInt64
-	err = b.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM kine WHERE deleted = 0 AND id IN (`+inner+`)`, args...).Scan(&n)
+	err = b.db.QueryRowContext(ctx, q, args...).Scan(&n)
+	counted("v2Count", err)
 	return current, n.Int64, err
 }

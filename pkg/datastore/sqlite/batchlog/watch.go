@@ -187,6 +187,7 @@ func (b *Backend) feed(ctx context.Context, last int64, eventc chan<- server.Eve
 // current, and says up to which revision it has read.
 func (b *Backend) readAfter(ctx context.Context, last, current int64) ([]*server.Event, int64, error) {
 	rows, err := b.db.QueryContext(ctx, catchUp, last, current, catchUpRows)
+	counted("v2CatchUp", err)
 	if err != nil {
 		return nil, last, err
 	}

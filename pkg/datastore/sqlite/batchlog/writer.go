@@ -174,12 +174,16 @@ func (w *writer) inTx(ctx context.Context, key string, fn func(*sql.Tx) error) e
 	}
 	tx, err := w.conn.BeginTx(ctx, nil)
 	if err != nil {
+		counted("v2Transaction", err)
 		return err
 	}
 	if err := fn(tx); err != nil {
+		counted("v2Transaction", err)
 		return errors.Join(err, ignoreDone(tx.Rollback()))
 	}
-	return tx.Commit()
+	err = tx.Commit()
+	counted("v2Transaction", err)
+	return err
 }
 
 func ignoreDone(err error) error {
@@ -303,7 +307,7 @@ func (b *Backend) apply(ctx context.Context, tx *sql.Tx, r *request) (result, er
 		if err != nil || ok {
 			return result{rev: row.id, written: ptr(row, ok)}, err
 		}
-		newest, found, err := b.newest(ctx, tx, r.key, true)
+		newest, found, err := b.newest(ctx, tx, r.key)
 		if err != nil {
 			return result{}, err
 		}
@@ -327,7 +331,7 @@ func (b *Backend) apply(ctx context.Context, tx *sql.Tx, r *request) (result, er
 			return result{rev: row.id, ok: true, written: &row,
 				kv: &server.KeyValue{Key: r.key, Value: r.value, Lease: r.lease, ModRevision: row.id}}, nil
 		}
-		newest, found, err := b.newest(ctx, tx, r.key, true)
+		newest, found, err := b.newest(ctx, tx, r.key)
 		if err != nil || !found || newest.deleted {
 			return result{}, err
 		}
@@ -340,7 +344,7 @@ func (b *Backend) apply(ctx context.Context, tx *sql.Tx, r *request) (result, er
 		if ok {
 			return result{rev: row.id, ok: true, written: &row, kv: &server.KeyValue{Key: r.key, ModRevision: row.id}}, nil
 		}
-		newest, found, err := b.newest(ctx, tx, r.key, true)
+		newest, found, err := b.newest(ctx, tx, r.key)
 		switch {
 		case err != nil:
 			return result{}, err
@@ -373,8 +377,10 @@ func (b *Backend) insert1(ctx context.Context, tx *sql.Tx, key string, created, 
 	err := tx.QueryRowContext(ctx, b.insert, prev, key, boolInt(created), boolInt(deleted), prev, lease, value, key, prev).
 		Scan(&r.id, &crev, &old)
 	if errors.Is(err, sql.ErrNoRows) {
+		counted("Insert", nil)
 		return r, false, nil
 	}
+	counted("Insert", err)
 	if err != nil {
 		return r, false, err
 	}
@@ -382,17 +388,18 @@ func (b *Backend) insert1(ctx context.Context, tx *sql.Tx, key string, created, 
 	return r, true, nil
 }
 
+// newestRow is a key's newest row, live or not: an index search.
+const newestRow = `SELECT ` + rowColumns + `, value FROM kine WHERE name = ? ORDER BY id DESC LIMIT 1`
+
 // newest reads key's newest row inside the transaction, so it sees the
 // batch's own earlier writes.
-func (b *Backend) newest(ctx context.Context, tx *sql.Tx, key string, withValue bool) (dbRow, bool, error) {
-	stmt := `SELECT ` + rowColumns + `, value FROM kine WHERE name = ? ORDER BY id DESC LIMIT 1`
-	if !withValue {
-		stmt = `SELECT ` + rowColumns + `, NULL FROM kine WHERE name = ? ORDER BY id DESC LIMIT 1`
-	}
-	r, err := scanRow(tx.QueryRowContext(ctx, stmt, key), false)
+func (b *Backend) newest(ctx context.Context, tx *sql.Tx, key string) (dbRow, bool, error) {
+	r, err := scanRow(tx.QueryRowContext(ctx, newestRow, key), false)
 	if errors.Is(err, sql.ErrNoRows) {
+		counted("v2Newest", nil)
 		return r, false, nil
 	}
+	counted("v2Newest", err)
 	return r, err == nil, err
 }
 
