@@ -578,3 +578,64 @@ func TestV2AWriteThatFailsInABatchFailsAlone(t *testing.T) {
 		t.Fatalf("failed writes left %v keys (%v)", g, err)
 	}
 }
+
+// TestV2AWriteIsInvisibleUntilItIsDurable holds the group fsync back after
+// a v2 write committed (its row is in the file): neither a get nor a watch
+// may see it, and its client waits, until the fsync returns.
+func TestV2AWriteIsInvisibleUntilItIsDurable(t *testing.T) {
+	s := openT(t, Config{DataDir: t.TempDir(), Backend: BackendV2, Sync: SyncGroup})
+	ctx := testContext(t)
+	c := etcdClient(t, s.Endpoint())
+	if err := create(ctx, c, "/d/before", "x"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.Get(ctx, "/d/before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := c.Watch(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithRev(before.Header.Revision+1))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.gsync.mu.Lock()
+	s.gsync.hold = func() {
+		once.Do(func() { close(entered) })
+		<-release
+	}
+	s.gsync.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- create(ctx, c, "/d/held", "y") }()
+	<-entered
+
+	var rows int
+	if err := s.side.QueryRowContext(ctx, `SELECT COUNT(*) FROM kine WHERE name = '/d/held'`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("the held write is not committed in the file (%d rows, %v): the test would prove nothing", rows, err)
+	}
+	g, err := c.Get(ctx, "/d/held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Kvs) != 0 || g.Header.Revision != before.Header.Revision {
+		t.Fatalf("before its fsync the write is visible: %v at revision %d", g.Kvs, g.Header.Revision)
+	}
+	select {
+	case resp := <-wc:
+		t.Fatalf("a watcher saw the write before its fsync: %v", resp.Events)
+	case err := <-done:
+		t.Fatalf("the write was acknowledged before its fsync: %v", err)
+	default:
+	}
+	s.gsync.mu.Lock()
+	s.gsync.hold = nil
+	s.gsync.mu.Unlock()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the held write: %v", err)
+	}
+	resp := <-wc
+	if len(resp.Events) != 1 || string(resp.Events[0].Kv.Key) != "/d/held" {
+		t.Fatalf("after the fsync the watcher got %v", resp.Events)
+	}
+	if v, ok := getValue(ctx, t, c, "/d/held"); !ok || v != "y" {
+		t.Fatalf("after the fsync get answers %q, %v", v, ok)
+	}
+}
