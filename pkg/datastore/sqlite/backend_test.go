@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
@@ -211,11 +212,16 @@ func paritySequence(ctx context.Context, t *testing.T, c *clientv3.Client) []str
 // revision, counts, watches with PrevKV, and compaction with what follows it.
 func TestBothBackendsAnswerAlike(t *testing.T) {
 	got := map[BackendKind][]string{}
+	tables := map[BackendKind][]string{}
 	for _, b := range backends {
 		s := openT(t, Config{DataDir: t.TempDir(), Backend: b, CompactInterval: -1})
 		ctx := testContext(t)
 		got[b] = paritySequence(ctx, t, etcdClient(t, s.Endpoint()))
+		tables[b] = kineTable(ctx, t, s)
 	}
+	// The same requests, serially, leave identical kine tables, every
+	// column of every row: v2's rows are stock kine's.
+	compareViews(t, "kine table rows", tables[BackendKine], tables[BackendV2])
 	kine, v2 := got[BackendKine], got[BackendV2]
 	for i := 0; i < max(len(kine), len(v2)); i++ {
 		var k, v string
@@ -638,4 +644,33 @@ func TestV2AWriteIsInvisibleUntilItIsDurable(t *testing.T) {
 	if v, ok := getValue(ctx, t, c, "/d/held"); !ok || v != "y" {
 		t.Fatalf("after the fsync get answers %q, %v", v, ok)
 	}
+}
+
+// kineTable is every row of the kine table, all columns.
+func kineTable(ctx context.Context, t *testing.T, s *Server) []string {
+	t.Helper()
+	rows, err := s.side.QueryContext(ctx, `SELECT id, name, created, deleted, create_revision, prev_revision, lease, value, old_value FROM kine ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var (
+			id                           int64
+			name                         string
+			created, deleted, crev, prev sql.NullInt64
+			lease                        sql.NullInt64
+			value, oldValue              []byte
+		)
+		if err := rows.Scan(&id, &name, &created, &deleted, &crev, &prev, &lease, &value, &oldValue); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d %q c=%v d=%v crev=%v prev=%v lease=%v value=%q(%v) old=%q(%v)",
+			id, name, created, deleted, crev, prev, lease, value, value == nil, oldValue, oldValue == nil))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
