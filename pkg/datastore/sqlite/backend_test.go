@@ -244,9 +244,15 @@ func TestBothBackendsAnswerAlike(t *testing.T) {
 // goroutines create and update distinct and shared keys against v2 while a
 // watcher watches from the start: every acknowledged write is stored at the
 // revision it was answered with, revisions have no gaps, and the watcher
-// sees every revision exactly once, in order.
+// sees every revision exactly once, in order; in both sync modes.
 func TestV2ConcurrentWritersLoseNothingAndWatchersSeeEveryRevisionOnce(t *testing.T) {
-	s := openT(t, Config{DataDir: t.TempDir(), Backend: BackendV2})
+	for _, mode := range []SyncMode{SyncGroup, SyncCommit} {
+		t.Run(string(mode), func(t *testing.T) { concurrentWriters(t, mode) })
+	}
+}
+
+func concurrentWriters(t *testing.T, mode SyncMode) {
+	s := openT(t, Config{DataDir: t.TempDir(), Backend: BackendV2, Sync: mode})
 	ctx := testContext(t)
 	c := etcdClient(t, s.Endpoint())
 	start, err := c.Get(ctx, "/nothing")
