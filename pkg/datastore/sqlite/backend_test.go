@@ -680,3 +680,100 @@ func kineTable(ctx context.Context, t *testing.T, s *Server) []string {
 	}
 	return out
 }
+
+// TestV2WatchersFromDifferentRevisionsSeeEveryEventOnce has 16 writers
+// write values big enough that the watch ring (4 MiB) holds only the last
+// few dozen events, while three watchers watch: one from the start, one
+// started halfway from the first revision (it must read the table, then
+// switch to the ring while writes go on), and one that reads nothing until
+// the writes are done. Each must see every revision once, in order, with
+// the value written and the previous value of its key.
+func TestV2WatchersFromDifferentRevisionsSeeEveryEventOnce(t *testing.T) {
+	s := openT(t, Config{DataDir: t.TempDir(), Backend: BackendV2})
+	ctx := testContext(t)
+	c := etcdClient(t, s.Endpoint())
+	start, err := c.Get(ctx, "/nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := start.Header.Revision + 1
+	watch := func() clientv3.WatchChan {
+		return c.Watch(ctx, "/w/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV())
+	}
+	live, slow := watch(), watch()
+	var (
+		mu   sync.Mutex
+		vals = map[int64][2]string{} // revision → key, value
+		wg   sync.WaitGroup
+		half sync.WaitGroup
+	)
+	const writers, each = 16, 16
+	big := strings.Repeat("x", 48<<10)
+	half.Add(writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if i == each/2 {
+					half.Done()
+				}
+				key := fmt.Sprintf("/w/%d", (w+i)%5)
+				val := fmt.Sprintf("%d-%d-%s", w, i, big)
+				for {
+					g, err := c.Get(ctx, key)
+					if err != nil {
+						t.Errorf("get: %v", err)
+						return
+					}
+					var cur int64
+					if len(g.Kvs) > 0 {
+						cur = g.Kvs[0].ModRevision
+					}
+					r, err := updateAt(ctx, c, key, val, cur)
+					if err != nil {
+						t.Errorf("write: %v", err)
+						return
+					}
+					if r.Succeeded {
+						mu.Lock()
+						vals[r.Header.Revision] = [2]string{key, val}
+						mu.Unlock()
+						break
+					}
+				}
+			}
+		}(w)
+	}
+	half.Wait()
+	late := watch()
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	last := from + writers*each - 1
+	for name, wc := range map[string]clientv3.WatchChan{"live": live, "late": late, "slow": slow} {
+		next := from
+		prev := map[string]string{}
+		for next <= last {
+			resp, ok := <-wc
+			if !ok || resp.Err() != nil {
+				t.Fatalf("%s watch ended at revision %d: %v", name, next, resp.Err())
+			}
+			for _, ev := range resp.Events {
+				want, ok := vals[next]
+				if !ok || ev.Kv.ModRevision != next {
+					t.Fatalf("%s watch delivered revision %d, want %d (acknowledged: %v)", name, ev.Kv.ModRevision, next, ok)
+				}
+				if string(ev.Kv.Key) != want[0] || string(ev.Kv.Value) != want[1] {
+					t.Fatalf("%s watch: event at %d is not the write acknowledged there", name, next)
+				}
+				if p, had := prev[want[0]]; had && (ev.PrevKv == nil || string(ev.PrevKv.Value) != p) {
+					t.Fatalf("%s watch: event at %d has the wrong PrevKV", name, next)
+				}
+				prev[want[0]] = want[1]
+				next++
+			}
+		}
+	}
+}
