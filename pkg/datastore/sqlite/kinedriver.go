@@ -107,5 +107,6 @@ func newV2Backend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config) 
 		return false, nil, fmt.Errorf("opening the database for the v2 backend: %w", err)
 	}
 	hooks.Dialect = dialect
+	hooks.WaitGroup = wg
 	return false, batchlog.New(hooks), nil
 }

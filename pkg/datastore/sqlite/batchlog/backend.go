@@ -51,6 +51,9 @@ type Config struct {
 	CompactBatchSize int64
 	// Log receives compaction results and failures.
 	Log logr.Logger
+	// WaitGroup, when set, tracks the writer, so that whoever waits for
+	// kine's goroutines also waits for the last transaction to end.
+	WaitGroup *sync.WaitGroup
 }
 
 // Backend is a server.Backend over one SQLite file. New makes it; kine's
@@ -103,8 +106,13 @@ func (b *Backend) Start(ctx context.Context) error {
 		return fmt.Errorf("opening the writer's connection: %w", err)
 	}
 	w := &writer{b: b, conn: conn, published: make(chan *committed, 4)}
-	go w.run(ctx)
-	go w.publish(ctx)
+	wg := b.cfg.WaitGroup
+	if wg == nil {
+		wg = &sync.WaitGroup{}
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); w.run(ctx) }()
+	go func() { defer wg.Done(); w.publish(ctx) }()
 
 	if err := b.compactStart(ctx); err != nil {
 		return fmt.Errorf("preparing the compact revision row: %w", err)

@@ -70,8 +70,14 @@ func (b *Backend) submit(ctx context.Context, r *request) result {
 		// The write may still be stored; like a timed-out etcd request, its
 		// outcome is unknown to this caller.
 		return result{err: ctx.Err()}
+	case <-b.ctx.Done():
+		return result{err: errOutcomeUnknown}
 	}
 }
+
+// errOutcomeUnknown answers a write caught by the datastore's stop after it
+// was queued: it may or may not be stored, as with a timed-out etcd request.
+var errOutcomeUnknown = status.Error(codes.Unavailable, "the datastore is stopping; the write may or may not have been stored")
 
 // Create inserts key if it has no live row, with kine's answers: the new
 // row's revision, or ErrKeyExists. After a delete the insert is repeated
@@ -248,8 +254,9 @@ func (w *writer) hand(ctx context.Context, reqs []*request, results []result) {
 	select {
 	case w.published <- c:
 	case <-ctx.Done():
+		// Committed, but not known to be durable.
 		for _, r := range reqs {
-			r.done <- result{err: errNotStored(ctx.Err())}
+			r.done <- result{err: errOutcomeUnknown}
 		}
 	}
 }
