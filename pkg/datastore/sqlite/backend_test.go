@@ -8,9 +8,12 @@ import (
 	"sync"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -774,6 +777,82 @@ func TestV2WatchersFromDifferentRevisionsSeeEveryEventOnce(t *testing.T) {
 				prev[want[0]] = want[1]
 				next++
 			}
+		}
+	}
+}
+
+// TestV2AWatcherPassedByCompactionIsCancelledAsCompacted holds a watcher
+// back (a raw watch stream on its own connection that nobody reads, so
+// gRPC's flow control stops the server's sends after its first window),
+// writes past the watch ring, compacts beyond the watcher's position, then
+// reads: the events it gets are consecutive from its start, and the watch
+// ends cancelled with etcd's "compacted" error instead of skipping the
+// compacted revisions.
+func TestV2AWatcherPassedByCompactionIsCancelledAsCompacted(t *testing.T) {
+	s := openT(t, Config{DataDir: t.TempDir(), Backend: BackendV2, CompactInterval: -1, v2CompactMinRetain: 1})
+	ctx := testContext(t)
+	c := etcdClient(t, s.Endpoint())
+	start, err := c.Get(ctx, "/nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := start.Header.Revision + 1
+
+	conn, err := grpc.NewClient(strings.TrimPrefix(s.Endpoint(), "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// kine's server merges queued batches into one message.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := etcdserverpb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&etcdserverpb.WatchRequest{RequestUnion: &etcdserverpb.WatchRequest_CreateRequest{
+		CreateRequest: &etcdserverpb.WatchCreateRequest{Key: []byte("/m/"), RangeEnd: []byte("/m0"), StartRevision: from, PrevKv: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if created, err := stream.Recv(); err != nil || !created.Created {
+		t.Fatalf("watch not created: %v %v", created, err)
+	}
+
+	const writes = 300
+	big := strings.Repeat("m", 48<<10)
+	rev := int64(0)
+	for i := 0; i < writes; i++ {
+		r, err := updateAt(ctx, c, "/m/k", fmt.Sprintf("%d-%s", i, big), rev)
+		if err != nil || !r.Succeeded {
+			t.Fatalf("write %d: %v %v", i, r, err)
+		}
+		rev = r.Header.Revision
+	}
+	if _, err := c.Compact(ctx, rev-1); err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+
+	next := from
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("watch stream failed at revision %d: %v", next, err)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision != next {
+				t.Fatalf("watch delivered revision %d, want %d", ev.Kv.ModRevision, next)
+			}
+			next++
+		}
+		if resp.Canceled {
+			if !strings.Contains(resp.CancelReason, "compacted") {
+				t.Fatalf("watch cancelled at revision %d for %q, want compacted", next, resp.CancelReason)
+			}
+			t.Logf("watch cancelled as compacted after %d of %d events", next-from, writes)
+			return
+		}
+		if next > rev {
+			t.Fatalf("the watcher received all %d events: it was never held behind the compaction, so the test proved nothing", writes)
 		}
 	}
 }

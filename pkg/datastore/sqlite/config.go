@@ -90,6 +90,11 @@ type Config struct {
 	MmapBytes  int64
 	// MetricsRegisterer receives kine's SQL metrics; nil registers none.
 	MetricsRegisterer prometheus.Registerer
+
+	// v2CompactMinRetain replaces kine's 1000 newest revisions that v2
+	// never compacts, for tests that need compaction without writing
+	// thousands of rows; 0 keeps kine's.
+	v2CompactMinRetain int64
 }
 
 // withDefaults returns c with zero values replaced by defaults, or an error that

@@ -357,6 +357,9 @@ func (s *Server) v2Config(log logr.Logger, gate *writeGate) batchlog.Config {
 		CompactBatchSize: compactBatchSize,
 		Log:              log.WithName("v2"),
 	}
+	if s.cfg.v2CompactMinRetain > 0 {
+		c.CompactMinRetain = s.cfg.v2CompactMinRetain
+	}
 	if g := s.gsync; g != nil {
 		c.Flush = func() func(context.Context) error {
 			b := g.start()
