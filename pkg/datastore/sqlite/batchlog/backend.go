@@ -113,6 +113,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); w.run(ctx) }()
 	go func() { defer wg.Done(); w.publish(ctx) }()
+	go b.events.dropWhenIdle(ctx)
 
 	if err := b.compactStart(ctx); err != nil {
 		return fmt.Errorf("preparing the compact revision row: %w", err)

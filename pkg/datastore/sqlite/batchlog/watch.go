@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/k3s-io/kine/pkg/server"
 )
@@ -15,6 +16,10 @@ const (
 	ringEvents  = 8192
 	ringBytes   = 4 << 20
 	catchUpRows = 500
+	// ringIdle is how long the ring keeps its events without a new write:
+	// an idle datastore holds none (a watcher that still needs them reads
+	// the table, as after a restart).
+	ringIdle = time.Minute
 )
 
 // catchUp reads the rows after a revision up to the visible one, in revision
@@ -31,6 +36,7 @@ type broadcaster struct {
 	bytes   int
 	current int64
 	wake    chan struct{}
+	last    time.Time // of the newest publish
 }
 
 func newBroadcaster() *broadcaster { return &broadcaster{wake: make(chan struct{})} }
@@ -60,8 +66,32 @@ func (br *broadcaster) publish(events []*server.Event, current int64) {
 		br.ring = append([]*server.Event(nil), br.ring[drop:]...)
 	}
 	br.current = current
+	br.last = time.Now()
 	close(br.wake)
 	br.wake = make(chan struct{})
+}
+
+// dropWhenIdle empties the ring every ringIdle without a publish, until
+// ctx ends.
+func (br *broadcaster) dropWhenIdle(ctx context.Context) {
+	t := time.NewTicker(ringIdle / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		br.dropIfIdle(time.Now())
+	}
+}
+
+func (br *broadcaster) dropIfIdle(now time.Time) {
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	if len(br.ring) > 0 && now.Sub(br.last) > ringIdle {
+		br.ring, br.bytes = nil, 0
+	}
 }
 
 func eventBytes(e *server.Event) int {
