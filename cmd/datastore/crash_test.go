@@ -64,7 +64,19 @@ type write struct {
 // if absent, update or delete guarded by mod revision) against the datastore,
 // SIGKILLs it at a random moment, restarts it and checks every key: its value
 // must be the last acknowledged one, or the one in flight at the kill.
+//
+// It runs over both backends: --backend v2 (batchlog) must keep the same
+// promise as kine's path.
 func TestAcknowledgedWritesSurviveKill9(t *testing.T) {
+	for _, backend := range []string{"kine", "v2"} {
+		t.Run(backend, func(t *testing.T) {
+			revisionMismatches.Store(0)
+			crashTest(t, "--backend", backend)
+		})
+	}
+}
+
+func crashTest(t *testing.T, flags ...string) {
 	rounds := crashRounds(t)
 	dir := t.TempDir()
 	states := make([][]keyState, crashWriters)
@@ -75,7 +87,7 @@ func TestAcknowledgedWritesSurviveKill9(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 42))
 
 	for round := 1; round <= rounds; round++ {
-		p := startProc(t, dir)
+		p := startProcWith(t, dir, flags...)
 		c := newClient(t, p.endpoint)
 		// Check what survived the previous kill, then continue from it.
 		l, landed := verifyAndResync(t, c, states, round)
@@ -99,7 +111,7 @@ func TestAcknowledgedWritesSurviveKill9(t *testing.T) {
 	}
 
 	// A last start to check the final kill, then a clean stop and a full check.
-	p := startProc(t, dir)
+	p := startProcWith(t, dir, flags...)
 	c := newClient(t, p.endpoint)
 	l, landed := verifyAndResync(t, c, states, rounds+1)
 	lost += l

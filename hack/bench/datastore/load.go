@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +19,20 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 )
+
+// controlGet calls the measured datastore's control endpoint (serveControl).
+func (b *bench) controlGet(path string) error {
+	resp, err := controlClient.Get(b.control + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s", resp.Status, msg)
+	}
+	return nil
+}
 
 // parallel runs op(i) for i in [0,n) on `clients` goroutines and returns ops/s.
 func parallel(clients, n int, op func(i int) error) (float64, error) {
@@ -46,14 +64,33 @@ func parallel(clients, n int, op func(i int) error) (float64, error) {
 // disturbs far less than the rate and which says what a write costs the
 // datastore itself.
 func (b *bench) measure(name string, clients, n int, op func(int) error, res map[string]float64) error {
+	write := strings.Contains(name, "create") || strings.Contains(name, "update")
+	profile := b.profiling && write
+	// The counters are read outside the profile and the CPU time.
+	sql0 := sqlCounts(b.control)
+	if profile {
+		if err := b.controlGet("/profile/start?path=" + url.QueryEscape(profilePath(b.profileDir, b.name, b.round, name))); err != nil {
+			return fmt.Errorf("%s: starting a CPU profile: %w", name, err)
+		}
+	}
 	cpu0 := cpuSeconds(b.pid)
 	rate, err := parallel(clients, n, op)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	res[name] = rate
-	if strings.Contains(name, "create") || strings.Contains(name, "update") {
+	if write {
 		res[strings.Replace(name, "ops/s", "datastore CPU µs/op", 1)] = (cpuSeconds(b.pid) - cpu0) / float64(n) * 1e6
+	}
+	if profile {
+		if err := b.controlGet("/profile/stop"); err != nil {
+			return fmt.Errorf("%s: stopping the CPU profile: %w", name, err)
+		}
+	}
+	if sql0 != nil {
+		total, breakdown := sqlPerOp(sql0, sqlCounts(b.control), n)
+		res[strings.Replace(name, "ops/s", "kine SQL statements/op", 1)] = total
+		fmt.Fprintf(os.Stderr, "%s, %s: kine SQL statements per op: %.2f (%s)\n", b.name, name, total, breakdown)
 	}
 	return nil
 }

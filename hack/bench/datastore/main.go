@@ -27,11 +27,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/k3k-io/k3k/internal/testenv"
+	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
 )
 
 func main() {
-	if len(os.Args) == 4 && os.Args[1] == "serve-kine" {
-		exitOn(serveKine(os.Args[2], os.Args[3]))
+	if len(os.Args) == 5 && os.Args[1] == "serve-kine" {
+		exitOn(serveKine(os.Args[2], os.Args[3], os.Args[4]))
+		return
+	}
+	if (len(os.Args) == 6 || len(os.Args) == 7) && os.Args[1] == "serve-sqlite" {
+		backend := string(sqlite.BackendKine)
+		if len(os.Args) == 7 {
+			backend = os.Args[6]
+		}
+		exitOn(serveSQLite(os.Args[2], os.Args[3], os.Args[4], os.Args[5], backend))
 		return
 	}
 	if len(os.Args) == 4 && os.Args[1] == "serve-etcd" {
@@ -46,12 +55,14 @@ func main() {
 	}
 	bin := flag.String("datastore-bin", "", "path of the datastore binary (built with CGO_ENABLED=0)")
 	dir := flag.String("dir", "/var/tmp", "directory on the disk to measure; every datastore gets a subdirectory")
-	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-base, kine, etcd, etcd-checks (etcd with the corruption checks our members run)")
+	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-v2 (ours with --backend v2), sqlite-base, kine, etcd, etcd-checks (etcd with the corruption checks our members run)")
 	checkEvery := flag.Duration("corrupt-check-interval", 5*time.Second, "the periodic corruption check's interval for etcd-checks (members run it every 5m; shorter, so that hash passes happen during the run)")
 	baseBin := flag.String("base-datastore-bin", "", "another build of the datastore binary, run as the sqlite-base column (e.g. the last release), so that a change is compared side by side in one run")
 	scale := flag.Float64("scale", 1, "multiplies the number of operations")
 	apiserver := flag.Bool("apiserver", true, "also measure through kube-apiserver")
 	rounds := flag.Int("rounds", 3, "how often every datastore is measured; each round starts with the next datastore in turn, and the table gives medians")
+	profileDir := flag.String("profile-dir", "", "write a CPU profile of every write step of sqlite, sqlite-commit, sqlite-v2 and kine into this directory (go tool pprof); sqlite, sqlite-commit and sqlite-v2 then run inside the bench binary (the same library as the datastore binary)")
+	keep := flag.Bool("keep-data", false, "keep every datastore's data dir (printed at the end), e.g. to inspect the SQLite files")
 	flag.Parse()
 	if *bin == "" {
 		exitOn(fmt.Errorf("--datastore-bin is required"))
@@ -64,9 +75,16 @@ func main() {
 	}
 	base, err := os.MkdirTemp(*dir, "k3k-bench-")
 	exitOn(err)
-	defer os.RemoveAll(base)
+	if *keep {
+		defer fmt.Fprintln(os.Stderr, "data kept in", base)
+	} else {
+		defer os.RemoveAll(base)
+	}
+	if *profileDir != "" {
+		exitOn(os.MkdirAll(*profileDir, 0o755))
+	}
 
-	b := &bench{scale: *scale, baseBin: *baseBin, checkEvery: *checkEvery}
+	b := &bench{scale: *scale, baseBin: *baseBin, checkEvery: *checkEvery, profileDir: *profileDir}
 	names := strings.Split(*kinds, ",")
 	var results []round
 	for r := range *rounds {
@@ -79,12 +97,15 @@ func main() {
 		for i := range names {
 			name := names[(r+i)%len(names)]
 			dir := filepath.Join(base, fmt.Sprintf("%s-%d", name, r+1))
+			b.name, b.round = name, r+1
 			res, err := b.run(name, *bin, dir, *apiserver)
 			exitOn(err)
 			rd.res[name] = res
 			// Measured (its size is in res): the disk holds one datastore's
 			// files at a time, not every round's.
-			exitOn(os.RemoveAll(dir))
+			if !*keep {
+				exitOn(os.RemoveAll(dir))
+			}
 		}
 		results = append(results, rd)
 	}
@@ -102,7 +123,15 @@ type bench struct {
 	scale      float64
 	baseBin    string
 	checkEvery time.Duration
+	profileDir string
 	pid        int // the datastore being measured
+	name       string
+	round      int
+	// control is the measured datastore's metrics URL ("" for etcd), where
+	// kine's SQL counters are read; profiles can be taken there when it runs
+	// in this binary (profiling).
+	control   string
+	profiling bool
 }
 
 // round is one measurement of every datastore: results by datastore, then by
@@ -125,19 +154,38 @@ func (b *bench) run(name, bin, dir string, apiserver bool) (map[string]float64, 
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	self, _ := os.Executable()
+	cport, err := testenv.FreePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	control := net.JoinHostPort("127.0.0.1", strconv.Itoa(cport))
+	b.control, b.profiling = "http://"+control, false
 	var cmd *exec.Cmd
 	switch name {
-	case "sqlite":
-		cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr)
-	case "sqlite-commit":
-		cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--sync", "commit")
+	case "sqlite", "sqlite-commit", "sqlite-v2":
+		sync, backend := "group", string(sqlite.BackendKine)
+		if name == "sqlite-commit" {
+			sync = "commit"
+		}
+		if name == "sqlite-v2" {
+			backend = string(sqlite.BackendV2)
+		}
+		if b.profileDir != "" {
+			cmd = exec.Command(self, "serve-sqlite", dir, addr, sync, control, backend)
+			b.profiling = true
+		} else {
+			cmd = exec.Command(bin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--sync", sync, "--backend", backend, "--metrics-address", control)
+		}
 	case "sqlite-base":
-		cmd = exec.Command(b.baseBin, "sqlite", "--data-dir", dir, "--listen-address", addr)
+		cmd = exec.Command(b.baseBin, "sqlite", "--data-dir", dir, "--listen-address", addr, "--metrics-address", control)
 	case "kine":
-		cmd = exec.Command(self, "serve-kine", dir, addr)
+		cmd = exec.Command(self, "serve-kine", dir, addr, control)
+		b.profiling = b.profileDir != ""
 	case "etcd":
 		cmd = exec.Command(self, "serve-etcd", dir, addr)
+		b.control = ""
 	case "etcd-checks":
+		b.control = ""
 		cmd = exec.Command(self, "serve-etcd-checks", dir, addr, b.checkEvery.String())
 	default:
 		return nil, fmt.Errorf("unknown datastore %q", name)
@@ -353,7 +401,7 @@ func printTable(w io.Writer, names []string, rounds []round) {
 		for _, n := range names {
 			var vals []float64
 			for _, rd := range rounds {
-				vals = append(vals, rd.res[n][m])
+				vals = append(vals, metricValue(rd.res[n], m))
 			}
 			row += " " + formatRange(vals) + " |"
 		}
@@ -364,7 +412,7 @@ func printTable(w io.Writer, names []string, rounds []round) {
 				}
 				var ratios []float64
 				for _, rd := range rounds {
-					ratios = append(ratios, rd.res[n][m]/rd.res["etcd"][m])
+					ratios = append(ratios, metricValue(rd.res[n], m)/metricValue(rd.res["etcd"], m))
 				}
 				row += " " + formatRatio(ratios) + " |"
 			}
@@ -378,6 +426,15 @@ func printTable(w io.Writer, names []string, rounds []round) {
 	fmt.Fprintf(w, "\n%d round(s); values are medians over the rounds, ratios the median of each round's ratio (min–max in brackets).\n", len(rounds))
 	fmt.Fprintf(w, "serial fsync rate of the disk (4 KiB write + fdatasync): %.0f/s\n", median(rates))
 	fmt.Fprintln(w, "ops/s: higher is better; ms and MiB: lower is better.")
+}
+
+// metricValue is a metric's value, NaN (printed n/a) when the datastore has none,
+// such as kine's SQL counters for etcd.
+func metricValue(res map[string]float64, metric string) float64 {
+	if v, ok := res[metric]; ok {
+		return v
+	}
+	return math.NaN()
 }
 
 // median of vals, NaN when empty; vals is sorted in place.
@@ -405,6 +462,9 @@ func formatRange(vals []float64) string {
 // formatRatio gives the median ratio, and with more than one round the range.
 func formatRatio(ratios []float64) string {
 	m := median(ratios) // sorts
+	if math.IsNaN(m) || math.IsInf(m, 0) {
+		return "n/a"
+	}
 	if len(ratios) == 1 {
 		return fmt.Sprintf("%.2f", m)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/k3s-io/kine/pkg/drivers/generic"
 	kinesqlite "github.com/k3s-io/kine/pkg/drivers/sqlite"
 	"github.com/k3s-io/kine/pkg/endpoint"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/k3k-io/k3k/pkg/datastore/etcd/member"
@@ -21,11 +22,14 @@ import (
 
 // serveKine runs kine the way its own binary does with no flags: the stock
 // SQLite DSN and the binary's defaults, only the file and address are ours.
-func serveKine(dir, addr string) error {
+// controlAddr serves its metrics and CPU profiles to the bench (serveControl).
+func serveKine(dir, addr, controlAddr string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	wg := &sync.WaitGroup{}
+	reg := prometheus.NewRegistry()
 	_, err := endpoint.Listen(ctx, endpoint.Config{
+		MetricsRegisterer:    reg,
 		WaitGroup:            wg,
 		Listener:             addr,
 		Endpoint:             "sqlite://" + filepath.Join(dir, "state.db") + "?" + kinesqlite.DefaultParams,
@@ -39,6 +43,9 @@ func serveKine(dir, addr string) error {
 		PollInterval:         time.Second,
 	})
 	if err != nil {
+		return err
+	}
+	if err := serveControl(controlAddr, reg); err != nil {
 		return err
 	}
 	<-ctx.Done()

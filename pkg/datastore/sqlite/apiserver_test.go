@@ -39,8 +39,16 @@ func configMap(name, value string) *corev1.ConfigMap {
 	}
 }
 
+// TestKubeAPIServerCreatesUpdatesDeletesListsAndWatches runs a real
+// kube-apiserver on each backend.
 func TestKubeAPIServerCreatesUpdatesDeletesListsAndWatches(t *testing.T) {
-	s := openT(t, Config{DataDir: t.TempDir()})
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) { kubeAPIServerRoundTrip(t, b) })
+	}
+}
+
+func kubeAPIServerRoundTrip(t *testing.T, backend BackendKind) {
+	s := openT(t, Config{DataDir: t.TempDir(), Backend: backend})
 	cs := startAPIServer(t, s)
 	ctx := testContext(t)
 	cms := cs.CoreV1().ConfigMaps("default")
@@ -122,9 +130,16 @@ func TestKubeAPIServerCreatesUpdatesDeletesListsAndWatches(t *testing.T) {
 	}
 }
 
+// TestRestartOnAnotherAddressServesEveryObject runs on each backend.
 func TestRestartOnAnotherAddressServesEveryObject(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) { restartOnAnotherAddress(t, b) })
+	}
+}
+
+func restartOnAnotherAddress(t *testing.T, backend BackendKind) {
 	dir := t.TempDir()
-	first, err := Open(testContext(t), Config{DataDir: dir, ListenAddress: testenv.FreeAddr(t, "127.0.0.2")})
+	first, err := Open(testContext(t), Config{DataDir: dir, Backend: backend, ListenAddress: testenv.FreeAddr(t, "127.0.0.2")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +164,7 @@ func TestRestartOnAnotherAddressServesEveryObject(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	second := openT(t, Config{DataDir: dir, ListenAddress: testenv.FreeAddr(t, "127.0.0.3")})
+	second := openT(t, Config{DataDir: dir, Backend: backend, ListenAddress: testenv.FreeAddr(t, "127.0.0.3")})
 	if !strings.HasPrefix(second.Endpoint(), "http://127.0.0.3:") {
 		t.Fatalf("endpoint %s, want one on 127.0.0.3", second.Endpoint())
 	}

@@ -130,7 +130,7 @@ func every(ctx context.Context, after time.Duration, check func()) {
 
 // holderFrames mark the goroutine that holds the gate: the functions that
 // run while it is held (see ackGuard.inGate and checkpointer.gatedPass).
-var holderFrames = [][]byte{[]byte("sqlite.(*ackGuard).inGate("), []byte("sqlite.(*checkpointer).gatedPass(")}
+var holderFrames = [][]byte{[]byte("sqlite.(*ackGuard).inGate("), []byte("sqlite.(*checkpointer).gatedPass("), []byte("batchlog.(*writer).inTx(")}
 
 // maxStacksBytes bounds the stacks of a stall report.
 const maxStacksBytes = 64 << 10

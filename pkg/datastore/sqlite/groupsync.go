@@ -38,6 +38,9 @@ type groupSync struct {
 	syncSince time.Time
 	reported  bool
 	log       logr.Logger
+	// hold, when a test sets it (under mu), runs before every fsync: a way
+	// to keep a batch from becoming durable for as long as the test wants.
+	hold func()
 }
 
 type syncBatch struct {
@@ -112,9 +115,12 @@ func (g *groupSync) loop() {
 			g.mu.Unlock()
 			return
 		}
-		ino := g.walIno
+		ino, hold := g.walIno, g.hold
 		g.syncSince, g.reported = time.Now(), false
 		g.mu.Unlock()
+		if hold != nil {
+			hold()
+		}
 
 		newIno, err := g.fsync(ino)
 

@@ -206,9 +206,16 @@ func fileHash(t *testing.T, path string) [32]byte {
 	return sha256.Sum256(data)
 }
 
+// TestStatusHealthAndMetrics runs on each backend.
 func TestStatusHealthAndMetrics(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) { statusHealthAndMetrics(t, b) })
+	}
+}
+
+func statusHealthAndMetrics(t *testing.T, backend BackendKind) {
 	dir := t.TempDir()
-	s := openT(t, Config{DataDir: dir})
+	s := openT(t, Config{DataDir: dir, Backend: backend})
 	ctx := testContext(t)
 	c := etcdClient(t, s.Endpoint())
 	for i := range 10 {
@@ -258,9 +265,16 @@ func TestStatusHealthAndMetrics(t *testing.T) {
 	}
 }
 
+// TestCloseCheckpointsTheWAL runs on each backend.
 func TestCloseCheckpointsTheWAL(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) { closeCheckpointsTheWAL(t, b) })
+	}
+}
+
+func closeCheckpointsTheWAL(t *testing.T, backend BackendKind) {
 	dir := t.TempDir()
-	s := openT(t, Config{DataDir: dir})
+	s := openT(t, Config{DataDir: dir, Backend: backend})
 	ctx := testContext(t)
 	c := etcdClient(t, s.Endpoint())
 	for i := range 50 {
@@ -282,27 +296,35 @@ func TestCloseCheckpointsTheWAL(t *testing.T) {
 	}
 }
 
+// TestSyncModesBothPersistWrites runs both modes on each backend.
 func TestSyncModesBothPersistWrites(t *testing.T) {
-	for _, mode := range []SyncMode{SyncGroup, SyncCommit} {
-		t.Run(string(mode), func(t *testing.T) {
-			dir := t.TempDir()
-			s := openT(t, Config{DataDir: dir, Sync: mode})
-			ctx := testContext(t)
-			c := etcdClient(t, s.Endpoint())
-			if err := create(ctx, c, "/registry/x", "1"); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			s2 := openT(t, Config{DataDir: dir, Sync: mode})
-			if v, ok := getValue(ctx, t, etcdClient(t, s2.Endpoint()), "/registry/x"); !ok || v != "1" {
-				t.Fatalf("read back %q (found %v), want \"1\"", v, ok)
-			}
-		})
+	for _, backend := range backends {
+		for _, mode := range []SyncMode{SyncGroup, SyncCommit} {
+			t.Run(string(backend)+"/"+string(mode), func(t *testing.T) { syncModePersists(t, backend, mode) })
+		}
 	}
 	if _, err := (Config{DataDir: "x", Sync: "sometimes"}).withDefaults(); err == nil {
 		t.Fatalf("an unknown sync mode was accepted")
+	}
+	if _, err := (Config{DataDir: "x", Backend: "v3"}).withDefaults(); err == nil {
+		t.Fatalf("an unknown backend was accepted")
+	}
+}
+
+func syncModePersists(t *testing.T, backend BackendKind, mode SyncMode) {
+	dir := t.TempDir()
+	s := openT(t, Config{DataDir: dir, Sync: mode, Backend: backend})
+	ctx := testContext(t)
+	c := etcdClient(t, s.Endpoint())
+	if err := create(ctx, c, "/registry/x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openT(t, Config{DataDir: dir, Sync: mode, Backend: backend})
+	if v, ok := getValue(ctx, t, etcdClient(t, s2.Endpoint()), "/registry/x"); !ok || v != "1" {
+		t.Fatalf("read back %q (found %v), want \"1\"", v, ok)
 	}
 }
 
