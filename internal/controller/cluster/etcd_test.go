@@ -515,3 +515,50 @@ func freeAddr(t *testing.T) string {
 	t.Helper()
 	return testenv.FreeAddr(t, "127.0.0.1")
 }
+
+// TestEtcdMemberZeroBootstrapsOnTheSQLiteDataOfAMigration: a sqlite cluster
+// whose servers hold data (the kubeconfig published), changed to etcd with
+// migrateFrom sqlite as k3kcli cluster migrate changes it, gets the first
+// roster (member 0 alone, "new"): its volume holds the SQLite data, not
+// etcd's. Put back to sqlite (--abort), the etcd finalizer of the member's
+// pod is dropped, so the pod can go.
+func TestEtcdMemberZeroBootstrapsOnTheSQLiteDataOfAMigration(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newReconciler(t)
+	r.EtcdDial = (&dialTable{}).dial
+	c := createCluster(t, newCluster(newNamespace(t), "grow", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.SQLiteDatastore }))
+	reconcileOnce(t, r, c)
+	makeReady(t, c)
+	get(t, c, c.Name, c)
+	c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+	c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
+	if err := k8s.Update(ctx, c); err != nil {
+		t.Fatalf("the migration's spec was refused: %v", err)
+	}
+	reconcileOnce(t, r, c)
+	roster := readRoster(t, c)
+	if roster.State != etcd.ClusterStateNew || len(roster.Members) != 1 || roster.Members[0].Name != layout.ServerPodName(c, 0) {
+		t.Fatalf("roster %+v, want member 0 alone, bootstrapping", roster)
+	}
+
+	// The member's pod, as the etcd reconcile left it (makeReady made it).
+	pod := &corev1.Pod{}
+	get(t, c, layout.ServerPodName(c, 0), pod)
+	if !slices.Contains(pod.Finalizers, v1beta1.FinalizerEtcdMember) {
+		pod.Finalizers = append(pod.Finalizers, v1beta1.FinalizerEtcdMember)
+		if err := k8s.Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get(t, c, c.Name, c)
+	c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
+	c.Spec.Datastore.MigrateFrom = ""
+	if err := k8s.Update(ctx, c); err != nil {
+		t.Fatalf("the abort's spec was refused: %v", err)
+	}
+	reconcileOnce(t, r, c)
+	get(t, c, pod.Name, pod)
+	if slices.Contains(pod.Finalizers, v1beta1.FinalizerEtcdMember) {
+		t.Fatalf("the sqlite cluster's pod %s keeps the etcd finalizer", pod.Name)
+	}
+}
