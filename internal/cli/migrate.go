@@ -58,8 +58,16 @@ import (
 //     subPath, the SQLite file is in its "datastore" subPath, which the etcd
 //     pod does not mount: the SQLite data stays on the volume untouched.
 //  5. The snapshot is streamed into member 0's sidecar, `datastore restore
-//     --replace` (a replace rather than a load into an empty datastore, so
-//     that a run interrupted midway and run again finishes).
+//     --replace --revision-above-snapshot` (a replace rather than a load
+//     into an empty datastore, so that a run interrupted midway and run
+//     again finishes). A new etcd member's revisions start at 1, below the
+//     resourceVersions the agent and users' watches hold from SQLite; a
+//     watch from one of those would later be served etcd's history under
+//     numbers the client already saw. So the member's revision is first
+//     moved past the snapshot's (snapshot.AdvanceRevision, one write per
+//     revision, thousands a second), every key is written above it and the
+//     revisions up to the end compacted: every client relists (410 Gone),
+//     as after an in-place restore.
 //  6. The switch: migrateFrom removed. From here the writes go to etcd and
 //     the CRD refuses the type back to sqlite. Then the token is put back and
 //     the annotations removed; k3s starts on etcd (once the kubelet projected
@@ -504,7 +512,7 @@ func takeMigrationSnapshot(ctx context.Context, rc *rest.Config, c *v1beta1.Clus
 	if err != nil {
 		return nil, err
 	}
-	p := &pendingRestore{dir: dir, dataPath: filepath.Join(dir, "data.db"), replace: true}
+	p := &pendingRestore{dir: dir, dataPath: filepath.Join(dir, "data.db"), replace: true, aboveSnapshot: true}
 	data, err := os.OpenFile(p.dataPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		p.cleanup()
