@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -529,13 +530,30 @@ func TestEtcdMemberZeroBootstrapsOnTheSQLiteDataOfAMigration(t *testing.T) {
 	c := createCluster(t, newCluster(newNamespace(t), "grow", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.SQLiteDatastore }))
 	reconcileOnce(t, r, c)
 	makeReady(t, c)
-	get(t, c, c.Name, c)
+	migrating := func(want string) {
+		t.Helper()
+		reconcileOnce(t, r, c)
+		get(t, c, c.Name, c)
+		got := meta.FindStatusCondition(c.Status.Conditions, v1beta1.ConditionMigrating)
+		switch {
+		case want == "" && got != nil:
+			t.Fatalf("Migrating %s/%s with no migration under way", got.Status, got.Reason)
+		case want != "" && (got == nil || got.Status != metav1.ConditionTrue || got.Reason != want):
+			t.Fatalf("Migrating %+v, want True/%s", got, want)
+		}
+	}
+	migrating("")
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1beta1.AnnotationRestorePending+`":"`+MigratePrefix+`etcd"}}}`))
+	if err := k8s.Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	migrating(v1beta1.ReasonMigrationSQLiteStopped)
 	c.Spec.Datastore.Type = v1beta1.EtcdDatastore
 	c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
 	if err := k8s.Update(ctx, c); err != nil {
 		t.Fatalf("the migration's spec was refused: %v", err)
 	}
-	reconcileOnce(t, r, c)
+	migrating(v1beta1.ReasonMigrationLoadingEtcd)
 	roster := readRoster(t, c)
 	if roster.State != etcd.ClusterStateNew || len(roster.Members) != 1 || roster.Members[0].Name != layout.ServerPodName(c, 0) {
 		t.Fatalf("roster %+v, want member 0 alone, bootstrapping", roster)
@@ -556,9 +574,26 @@ func TestEtcdMemberZeroBootstrapsOnTheSQLiteDataOfAMigration(t *testing.T) {
 	if err := k8s.Update(ctx, c); err != nil {
 		t.Fatalf("the abort's spec was refused: %v", err)
 	}
-	reconcileOnce(t, r, c)
+	migrating(v1beta1.ReasonMigrationSQLiteStopped)
 	get(t, c, pod.Name, pod)
 	if slices.Contains(pod.Finalizers, v1beta1.FinalizerEtcdMember) {
 		t.Fatalf("the sqlite cluster's pod %s keeps the etcd finalizer", pod.Name)
 	}
+
+	// Forward again, past the switch, then the mark removed.
+	c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+	c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
+	if err := k8s.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.Datastore.MigrateFrom = ""
+	if err := k8s.Update(ctx, c); err != nil {
+		t.Fatalf("the switch was refused: %v", err)
+	}
+	migrating(v1beta1.ReasonMigrationSwitched)
+	patch = client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1beta1.AnnotationRestorePending+`":null}}}`))
+	if err := k8s.Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	migrating("")
 }
