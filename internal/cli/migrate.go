@@ -75,6 +75,9 @@ import (
 //  7. servers raised to the count asked for: the controller adds members as
 //     learners, one at a time, and promotes them (docs/etcd.md).
 //
+// The controller reports the step in the Cluster's Migrating condition,
+// read from the marks these steps leave (the annotation, migrateFrom).
+//
 // Every step reads the cluster first, so the same command run again after
 // an interruption goes on. Interrupted between 4 and 6, the spec goes back to
 // sqlite first and the migration starts again from a fresh snapshot (the
