@@ -1,16 +1,13 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -393,12 +390,7 @@ func confirmMigrate(o Options, c *v1beta1.Cluster, servers int32, stage MigrateS
 	} else {
 		fmt.Fprintf(o.Err, "A migration of cluster %s/%s to etcd was interrupted; this goes on with it (%d servers).\n", c.Namespace, c.Name, servers)
 	}
-	fmt.Fprintf(o.Err, "Migrate? [y/N] ")
-	answer, err := bufio.NewReader(o.In).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return no
-	}
-	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+	if !confirmed(o, "Migrate?") {
 		return no
 	}
 	return nil
@@ -476,36 +468,9 @@ func Server0Waiting(c *v1beta1.Cluster, pods []corev1.Pod, ds v1beta1.DatastoreT
 // waitServer0 waits for Server0Waiting, deleting first (stop) the pods of
 // old that may run k3s.
 func waitServer0(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, ds v1beta1.DatastoreType, old map[string]bool, stop bool) (*corev1.Pod, error) {
-	deleted := map[string]bool{}
-	var last string
-	for {
-		pods, err := serverPods(ctx, s, c)
-		if err == nil {
-			for _, p := range ServersToStop(pods, old) {
-				if !stop || deleted[string(p.UID)] {
-					continue
-				}
-				if err := s.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-					return nil, migrateErr(apiErr(err, "deleting server pod "+p.Name+" to stop its k3s"))
-				}
-				deleted[string(p.UID)] = true
-				fmt.Fprintf(o.Err, "stopping k3s: deleted server pod %s; it is made again with its volume, its datastore starts and its k3s waits for the token\n", p.Name)
-			}
-			pod, waiting := Server0Waiting(c, pods, ds, old)
-			if pod != nil {
-				return pod, nil
-			}
-			if waiting != last {
-				fmt.Fprintf(o.Err, "waiting for %s\n", waiting)
-				last = waiting
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s not migrated: timed out waiting for %s", c.Namespace, c.Name, last), Hint: migrateHint}
-		case <-time.After(o.PollInterval):
-		}
-	}
+	return waitServers(ctx, o, s, c, old, stop, func(pods []corev1.Pod) (*corev1.Pod, string) {
+		return Server0Waiting(c, pods, ds, old)
+	}, "migrated", migrateHint)
 }
 
 // takeMigrationSnapshot takes the snapshot of the stopped SQLite server
@@ -563,13 +528,4 @@ func growServers(ctx context.Context, o Options, s *session, c *v1beta1.Cluster,
 }
 
 // migrateErr adds migrateHint to an error of a step after the marks.
-func migrateErr(err error) error {
-	var e *Error
-	if errors.As(err, &e) {
-		if e.Hint == "" || e.Hint == inPlaceHint {
-			e.Hint = migrateHint
-		}
-		return e
-	}
-	return &Error{Code: ExitError, Msg: err.Error(), Hint: migrateHint}
-}
+func migrateErr(err error) error { return hinted(err, migrateHint) }
