@@ -290,3 +290,45 @@ func TestServer0Waiting(t *testing.T) {
 		})
 	}
 }
+
+// TestMigratePastTheSwitchFinishesAndCannotBeAborted: a run interrupted
+// after the switch (etcd, no migrateFrom, the marks still there) refuses
+// --abort (the writes may go to etcd already) and, run again, puts the
+// token back and removes the marks; Ready is then waited for.
+func TestMigratePastTheSwitchFinishesAndCannotBeAborted(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := inPlaceCluster(t, ns, "switched", "tok", func(c *v1beta1.Cluster) {
+		c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+		c.Annotations = map[string]string{v1beta1.AnnotationRestorePending: migrateValue}
+	})
+	secret := tokenSecret(t, c)
+	secret.Annotations = map[string]string{v1beta1.AnnotationRestorePending: "some-uid"}
+	secret.Data = map[string][]byte{tokenBeforeRestoreKey: []byte("tok")}
+	if err := k8s.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+
+	r := k3kcli(t, "cluster", "migrate", "switched", "-n", ns, "--abort")
+	if r.code != ExitUsage {
+		t.Fatalf("abort past the switch: exit %d, want %d", r.code, ExitUsage)
+	}
+	assertOneLineError(t, r.errOut, "passed its switch", "no way back")
+	if s := tokenSecret(t, c); len(s.Data[layout.SecretKeyToken]) != 0 {
+		t.Fatal("the refused abort gave the token back")
+	}
+
+	r = k3kcli(t, "cluster", "migrate", "switched", "-n", ns, "--to", "etcd", "--yes", "--timeout", "3s")
+	if r.code == ExitOK {
+		t.Fatalf("exit %d, want a failure waiting for Ready (no controller here)", r.code)
+	}
+	if !strings.Contains(r.errOut, "the data is in etcd and the token back") {
+		t.Fatalf("stderr does not say the token is back: %s", r.errOut)
+	}
+	if got := getCluster(t, ns, "switched"); got.Annotations[v1beta1.AnnotationRestorePending] != "" {
+		t.Fatalf("the mark stays: %v", got.Annotations)
+	}
+	if s := tokenSecret(t, c); string(s.Data[layout.SecretKeyToken]) != "tok" || s.Annotations[v1beta1.AnnotationRestorePending] != "" || len(s.Data[tokenBeforeRestoreKey]) != 0 {
+		t.Fatalf("the token is not back where the pods mount it: annotations %v", s.Annotations)
+	}
+}
