@@ -158,7 +158,14 @@ func (v *vcluster) service() string          { return "k3k-" + v.name + "-servic
 // k3kcli runs the CLI against the host cluster and returns its combined output.
 func k3kcli(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	return k3kcliWithin(t, 6*time.Minute, args...)
+}
+
+// k3kcliWithin is k3kcli for a command that may take longer than the usual
+// six minutes (a migration that grows the cluster member by member).
+func k3kcliWithin(t *testing.T, timeout time.Duration, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cfg.k3kcli, append([]string{"--kubeconfig", cfg.hostKubeconfig}, args...)...)
 	var out bytes.Buffer

@@ -90,7 +90,8 @@ type Cluster struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'sqlite' || self.servers == 1",message="servers: datastore.type sqlite runs exactly 1 server; use datastore.type etcd for more"
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'etcd' || self.servers % 2 == 1",message="servers: datastore.type etcd needs an odd number of servers (1, 3, 5 or 7) to keep quorum"
-// +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-')",message="datastore.type is immutable: create a new cluster to change it"
+// +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') || ((has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') in ['sqlite', '-'] && (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == 'etcd' && (has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == 'sqlite' && (has(oldSelf.datastore) && has(oldSelf.datastore.migrateFrom) ? oldSelf.datastore.migrateFrom : '-') == '-') || ((has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') == 'etcd' && (has(oldSelf.datastore) && has(oldSelf.datastore.migrateFrom) ? oldSelf.datastore.migrateFrom : '-') == 'sqlite' && (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == 'sqlite' && (has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == '-')",message="datastore.type is immutable: create a new cluster to change it; the one change allowed is sqlite to etcd with datastore.migrateFrom sqlite (k3kcli cluster migrate), and back before the migration's switch"
+// +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == '-' || (has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == (has(oldSelf.datastore) && has(oldSelf.datastore.migrateFrom) ? oldSelf.datastore.migrateFrom : '-') || (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') != (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-')",message="datastore.migrateFrom is set only together with the change of datastore.type from sqlite to etcd (k3kcli cluster migrate)"
 // +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.type) ? self.persistence.type : '-') == (has(oldSelf.persistence) && has(oldSelf.persistence.type) ? oldSelf.persistence.type : '-')",message="persistence.type is immutable: create a new cluster to change it"
 // +kubebuilder:validation:XValidation:rule="(has(self.clusterCIDR) ? self.clusterCIDR : '-') == (has(oldSelf.clusterCIDR) ? oldSelf.clusterCIDR : '-')",message="clusterCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '-') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '-')",message="serviceCIDR is immutable"
@@ -469,9 +470,10 @@ type PersistenceConfig struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type != 'external' || (has(self.external) && size(self.external.endpoint) > 0)",message="datastore.external.endpoint is required when datastore.type is external"
 // +kubebuilder:validation:XValidation:rule="!has(self.external) || (has(self.type) && self.type == 'external')",message="datastore.external may only be set when datastore.type is external"
 // +kubebuilder:validation:XValidation:rule="!has(self.etcd) || !has(self.type) || self.type == 'etcd'",message="datastore.etcd may only be set when datastore.type is etcd (or empty, with etcd as the controller's default)"
+// +kubebuilder:validation:XValidation:rule="!has(self.migrateFrom) || (has(self.type) && self.type == 'etcd')",message="datastore.migrateFrom may only be set when datastore.type is etcd"
 type DatastoreConfig struct {
 	// Type is sqlite, etcd or external. Empty means the controller's default.
-	// Immutable.
+	// Immutable, but for the migration from sqlite to etcd (MigrateFrom).
 	// +optional
 	Type DatastoreType `json:"type,omitempty"`
 
@@ -482,6 +484,22 @@ type DatastoreConfig struct {
 	// Etcd tunes the members of datastore.type etcd.
 	// +optional
 	Etcd *EtcdDatastoreConfig `json:"etcd,omitempty"`
+
+	// MigrateFrom sqlite marks a migration under way from the SQLite
+	// datastore to etcd (k3kcli cluster migrate, docs/backup.md). It is the
+	// only way datastore.type may change, and only from sqlite (or unset) to
+	// etcd in the same update; while it is set the type may go back to
+	// sqlite (abort: the SQLite file was never touched) and the controller
+	// bootstraps etcd member 0 although the server volume holds data (the
+	// SQLite data, not etcd's). The CLI removes it at the switch, when the
+	// data is in etcd and k3s is about to start on it: from then on the
+	// writes go to etcd only and there is no way back. Not meant to be set
+	// by hand. A field rather than an annotation because the CRD's
+	// validation rules cannot read annotations, and there is no admission
+	// webhook for Clusters.
+	// +kubebuilder:validation:Enum=sqlite
+	// +optional
+	MigrateFrom DatastoreType `json:"migrateFrom,omitempty"`
 }
 
 // EtcdDatastoreConfig tunes the etcd members of datastore.type etcd.

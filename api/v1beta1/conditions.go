@@ -25,6 +25,26 @@ const (
 	// when the newest finished backup Job wrote its snapshot, False with the
 	// reason otherwise. It does not gate Ready.
 	ConditionLastBackupSucceeded = "LastBackupSucceeded"
+	// ConditionMigrating is present while a migration from SQLite to etcd
+	// (k3kcli cluster migrate) is under way, True, with the step it is at as
+	// its reason (ReasonMigration…); it goes once the token is back. It
+	// does not gate Ready (TokenReady does, while k3s is stopped).
+	ConditionMigrating = "Migrating"
+)
+
+// Reasons of Migrating: the step, read from the Cluster (its
+// restore-pending annotation "migrate/etcd" and spec.datastore).
+const (
+	// ReasonMigrationSQLiteStopped: marked, the spec still sqlite: k3s is
+	// being stopped on the SQLite server and the snapshot taken.
+	ReasonMigrationSQLiteStopped = "MigrationSQLiteStopped"
+	// ReasonMigrationLoadingEtcd: datastore.type etcd with migrateFrom: etcd
+	// member 0 starts beside the untouched SQLite file and the snapshot is
+	// loaded into it; --abort still goes back.
+	ReasonMigrationLoadingEtcd = "MigrationLoadingEtcd"
+	// ReasonMigrationSwitched: migrateFrom removed, the data is in etcd; the
+	// token is being put back. No way back.
+	ReasonMigrationSwitched = "MigrationSwitched"
 )
 
 // Reasons of LastBackupSucceeded.

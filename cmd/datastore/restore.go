@@ -29,6 +29,10 @@ type restoreOptions struct {
 	// sqliteDataDir is the data dir of the sqlite datastore at endpoint,
 	// whose database a replace compacts itself (see sqlite.CompactTo).
 	sqliteDataDir string
+	// aboveSnapshot moves the datastore's revision past the snapshot's
+	// before a replace (snapshot.AdvanceRevision): the migration from
+	// SQLite to etcd, whose new member's clients hold the SQLite revisions.
+	aboveSnapshot bool
 }
 
 // newRestoreCommand is `datastore restore`: the keys of a snapshot, read from
@@ -69,6 +73,7 @@ interruption finishes the job.`,
 	f.StringVar(&o.tmpDir, "tmp-dir", "", "directory for the snapshot while it is read (required)")
 	f.BoolVar(&o.replace, "replace", false, "replace the datastore's data with the snapshot's (in-place restore) instead of refusing a datastore that holds data")
 	f.StringVar(&o.sqliteDataDir, "sqlite-data-dir", "", "with --replace into the sqlite datastore: its data dir, whose database is compacted directly")
+	f.BoolVar(&o.aboveSnapshot, "revision-above-snapshot", false, "with --replace: first move the datastore's revision past the snapshot's, so that every restored key gets a revision above any the snapshot's clients hold (the migration from sqlite to etcd, into a new member)")
 	_ = cmd.MarkFlagRequired("endpoint")
 	_ = cmd.MarkFlagRequired("tmp-dir")
 	return cmd
@@ -124,6 +129,9 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 	}
 	defer cli.Close()
 	start := time.Now()
+	if o.aboveSnapshot && !o.replace {
+		return errors.New("--revision-above-snapshot goes with --replace")
+	}
 	if o.replace {
 		return runReplace(ctx, o, cli, keys, m, stderr, start)
 	}
@@ -158,6 +166,13 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 	}
 	if err := compact(head.Header.Revision); err != nil {
 		return fmt.Errorf("compacting the datastore before the restore (nothing replaced yet): %w", err)
+	}
+	if o.aboveSnapshot {
+		rev, err := snapshot.AdvanceRevision(ctx, cli, m.Revision)
+		if err != nil {
+			return fmt.Errorf("%w (nothing replaced yet)", err)
+		}
+		fmt.Fprintf(stderr, "revision moved from %d to %d, past the snapshot's %d\n", head.Header.Revision, rev, m.Revision)
 	}
 	res, err := snapshot.Replace(ctx, cli, keys)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -237,6 +238,10 @@ func CheckInPlaceRestore(c *v1beta1.Cluster, secret *corev1.Secret, a snapshot.A
 		return false, usageErr("k3kcli cluster resume "+c.Name+" first", "cluster %s is paused: its datastore does not run", name)
 	}
 	value, pending := c.Annotations[v1beta1.AnnotationRestorePending]
+	if pending && value == migrateValue {
+		return false, usageErr("finish it with k3kcli cluster migrate "+c.Name+" --to etcd, or undo it with --abort, then restore",
+			"cluster %s is being migrated to etcd (annotation %s)", name, v1beta1.AnnotationRestorePending)
+	}
 	if pending && !strings.HasPrefix(value, inPlacePrefix) {
 		return false, usageErr("wait for k3kcli cluster create --restore-from to finish, or delete the cluster",
 			"cluster %s is being created from a snapshot (annotation %s)", name, v1beta1.AnnotationRestorePending)
@@ -270,12 +275,7 @@ func confirmInPlace(o Options, c *v1beta1.Cluster, m snapshot.Manifest, resuming
 		what = "A restore of cluster %s/%s was interrupted; this finishes it with the snapshot of %s/%s (revision %d, taken %s).\n"
 	}
 	fmt.Fprintf(o.Err, what, c.Namespace, c.Name, m.Cluster.Namespace, m.Cluster.Name, m.Revision, m.CreatedAt.Format(time.RFC3339))
-	fmt.Fprintf(o.Err, "Restore? [y/N] ")
-	answer, err := bufio.NewReader(o.In).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return no
-	}
-	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+	if !confirmed(o, "Restore?") {
 		return no
 	}
 	return nil
@@ -406,47 +406,63 @@ func k3sReady(p *corev1.Pod) bool {
 // stopServers deletes the server pods that may run k3s and waits until
 // their successors wait for the token, and server 0's datastore is ready.
 func stopServers(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, old map[string]bool) (*corev1.Pod, error) {
+	return waitServers(ctx, o, s, c, old, true, func(pods []corev1.Pod) (*corev1.Pod, string) {
+		return ServersStopped(c, pods, c.Spec.Servers, old)
+	}, "restored", inPlaceHint)
+}
+
+// waitServers polls the server pods of c until ready returns one. With
+// stop, it first deletes those of old (by UID) that may run k3s, once each.
+// Errors say that c was not <done>, with hint: the in-place restore's and
+// the migration's steps after their marks.
+func waitServers(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, old map[string]bool, stop bool,
+	ready func([]corev1.Pod) (*corev1.Pod, string), done, hint string) (*corev1.Pod, error) {
 	deleted := map[string]bool{}
 	var last string
-	timedOut := func() error {
-		return &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s not restored: timed out waiting for %s", c.Namespace, c.Name, last), Hint: inPlaceHint}
-	}
 	for {
-		pods, err := serverPods(ctx, s, c)
-		if err != nil {
-			// Waited out like anything else: the API server may blip while
-			// the servers restart.
-			select {
-			case <-ctx.Done():
-				return nil, timedOut()
-			case <-time.After(o.PollInterval):
+		// A failed listing is waited out like anything else: the API server
+		// may blip while the servers restart.
+		if pods, err := serverPods(ctx, s, c); err == nil {
+			for _, p := range ServersToStop(pods, old) {
+				if !stop || deleted[string(p.UID)] {
+					continue
+				}
+				if err := s.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+					return nil, hinted(apiErr(err, "deleting server pod "+p.Name+" to stop its k3s"), hint)
+				}
+				deleted[string(p.UID)] = true
+				fmt.Fprintf(o.Err, "stopping k3s: deleted server pod %s; it is made again with its volume, its datastore starts and its k3s waits for the token\n", p.Name)
 			}
-			continue
-		}
-		for _, p := range ServersToStop(pods, old) {
-			if deleted[string(p.UID)] {
-				continue
+			pod, waiting := ready(pods)
+			if pod != nil {
+				return pod, nil
 			}
-			if err := s.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-				return nil, withHint(apiErr(err, "deleting server pod "+p.Name+" to stop its k3s"))
+			if waiting != last {
+				fmt.Fprintf(o.Err, "waiting for %s\n", waiting)
+				last = waiting
 			}
-			deleted[string(p.UID)] = true
-			fmt.Fprintf(o.Err, "stopping k3s: deleted server pod %s; it is made again with its volume, its datastore starts and its k3s waits for the token\n", p.Name)
-		}
-		first, waiting := ServersStopped(c, pods, c.Spec.Servers, old)
-		if first != nil {
-			return first, nil
-		}
-		if waiting != last {
-			fmt.Fprintf(o.Err, "waiting for %s\n", waiting)
-			last = waiting
 		}
 		select {
 		case <-ctx.Done():
-			return nil, timedOut()
+			return nil, &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s not %s: timed out waiting for %s", c.Namespace, c.Name, done, last), Hint: hint}
 		case <-time.After(o.PollInterval):
 		}
 	}
+}
+
+// confirmed asks question on o.Err and reads the answer from o.In:
+// anything but y or yes is a no.
+func confirmed(o Options, question string) bool {
+	if o.In == nil {
+		return false
+	}
+	fmt.Fprintf(o.Err, "%s [y/N] ", question)
+	answer, err := bufio.NewReader(o.In).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return false
+	}
+	a := strings.ToLower(strings.TrimSpace(answer))
+	return a == "y" || a == "yes"
 }
 
 // giveBackToken writes the snapshot's token into the token Secret and
@@ -469,14 +485,20 @@ func giveBackToken(ctx context.Context, s *session, key types.NamespacedName, to
 
 // withHint adds inPlaceHint to an error of a step after the servers were
 // stopped.
-func withHint(err error) error {
-	if e, ok := err.(*Error); ok {
-		if e.Hint == "" {
-			e.Hint = inPlaceHint
+func withHint(err error) error { return hinted(err, inPlaceHint) }
+
+// hinted gives err the hint of the command whose step failed after its
+// marks (how to go on), unless it says something more specific already. The
+// in-place restore's hint of a shared step is replaced too.
+func hinted(err error, hint string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		if e.Hint == "" || e.Hint == inPlaceHint {
+			e.Hint = hint
 		}
 		return e
 	}
-	return &Error{Code: ExitError, Msg: err.Error(), Hint: inPlaceHint}
+	return &Error{Code: ExitError, Msg: err.Error(), Hint: hint}
 }
 
 // persistenceInEffect is the persistence the controller resolved, else the

@@ -140,7 +140,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 		Args:  noArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g), newRecoverCommand(o, g), newSnapshotCommand(o, g), newRestoreCommand(o, g))
+	cluster.AddCommand(newCreateCommand(o, g), newListCommand(o, g), newDeleteCommand(o, g), newRecoverCommand(o, g), newSnapshotCommand(o, g), newRestoreCommand(o, g), newMigrateCommand(o, g))
 	cluster.AddCommand(newConnectCommand(o, g), newUpdateCommand(o, g), newPauseCommand(o, g), newResumeCommand(o, g))
 	kubeconfig := &cobra.Command{
 		Use:   "kubeconfig",

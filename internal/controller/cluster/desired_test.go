@@ -332,3 +332,41 @@ func TestComputeStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLiteAndEtcdKeepTheirDataApartOnTheVolume: the migration to etcd
+// keeps the SQLite file untouched on the same volume (k3kcli cluster migrate
+// --abort serves it again), because the etcd pod never mounts the SQLite
+// directory of the volume and the SQLite pod never mounts etcd's.
+func TestSQLiteAndEtcdKeepTheirDataApartOnTheVolume(t *testing.T) {
+	subPaths := func(ds v1beta1.DatastoreType, servers int32) map[string]bool {
+		c := newCluster("ns", "apart", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = ds
+			c.Spec.Servers = servers
+			c.Spec.Persistence.Type = v1beta1.DynamicPersistence
+		})
+		s, err := Resolve(c, testConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := DesiredStatefulSet(c, s, testConfig, servers, "hash").Spec.Template.Spec
+		got := map[string]bool{}
+		for _, ct := range append(pod.InitContainers, pod.Containers...) {
+			for _, m := range ct.VolumeMounts {
+				if m.Name == layout.DataVolume {
+					if m.SubPath == "" {
+						t.Fatalf("%s: container %s mounts the whole data volume at %s", ds, ct.Name, m.MountPath)
+					}
+					got[m.SubPath] = true
+				}
+			}
+		}
+		return got
+	}
+	sqlite, etcd := subPaths(v1beta1.SQLiteDatastore, 1), subPaths(v1beta1.EtcdDatastore, 1)
+	if !sqlite["datastore"] || sqlite["etcd"] {
+		t.Fatalf("sqlite pod mounts the data volume's subPaths %v, want datastore and not etcd", sqlite)
+	}
+	if !etcd["etcd"] || etcd["datastore"] {
+		t.Fatalf("etcd pod mounts the data volume's subPaths %v, want etcd and never the SQLite directory", etcd)
+	}
+}

@@ -150,7 +150,9 @@ func clientTLS(caPEM []byte, pair pki.KeyPair) (*tls.Config, error) {
 }
 
 // reconcileEtcdRoster publishes the first roster, member 0 alone and
-// bootstrapping, for a cluster that never held data. A missing roster for a
+// bootstrapping, for a cluster that never held data, or whose data is the
+// SQLite file of a migration to etcd (migratingFromSQLite): its volume holds
+// no etcd data dir, and member 0 must bootstrap for the data to be loaded. A missing roster for a
 // cluster that has data is published from observation (reconcileEtcdMembers),
 // never as "new": that could bootstrap a second cluster next to the first.
 func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
@@ -169,7 +171,7 @@ func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if hasData {
+	if hasData && !migratingFromSQLite(c) {
 		o.etcd.rosterProblem = fmt.Sprintf("ConfigMap %s is missing and the servers already hold data: it is published again once a member answers (members with data start without it)", layout.NamesFor(c).EtcdRoster)
 		return ctrl.Result{}, nil
 	}
@@ -182,7 +184,15 @@ func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster
 
 // reconcileEtcdMembers observes the members, publishes the roster, keeps the
 // server pods' finalizers and performs at most one membership step.
+//
+// A sqlite cluster's server pods hold no etcd finalizer: one left on a pod
+// of a migration to etcd that was aborted (k3kcli cluster migrate --abort,
+// the pod of etcd member 0 replaced by the SQLite one) is dropped, or the
+// pod would never go.
 func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	if o.settings.Datastore == v1beta1.SQLiteDatastore {
+		return ctrl.Result{}, r.releaseEtcdPods(ctx, c.Namespace, c.Name)
+	}
 	if o.settings.Datastore != v1beta1.EtcdDatastore || o.etcd.tls == nil {
 		return ctrl.Result{}, nil
 	}

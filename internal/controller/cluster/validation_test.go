@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
@@ -243,4 +244,92 @@ func TestAdmissionRefusesBadBackups(t *testing.T) {
 	if c.Spec.Backup.Keep != 7 {
 		t.Fatalf("keep defaulted to %d, want 7", c.Spec.Backup.Keep)
 	}
+}
+
+// TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd walks the one change of
+// datastore.type the API allows (k3kcli cluster migrate) and the ways around
+// it that it must refuse.
+func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	type step struct {
+		name   string
+		change func(*v1beta1.Cluster)
+		wantIn string // empty: accepted
+	}
+	toEtcd := func(marked bool) func(*v1beta1.Cluster) {
+		return func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+			if marked {
+				c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
+			}
+		}
+	}
+	back := func(c *v1beta1.Cluster) {
+		c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
+		c.Spec.Datastore.MigrateFrom = ""
+		c.Spec.Servers = 1
+	}
+	run := func(t *testing.T, c *v1beta1.Cluster, steps []step) {
+		t.Helper()
+		if err := k8s.Create(ctx, c); err != nil {
+			t.Fatalf("creating %s: %v", c.Name, err)
+		}
+		for _, s := range steps {
+			live := &v1beta1.Cluster{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), live); err != nil {
+				t.Fatal(err)
+			}
+			s.change(live)
+			err := k8s.Update(ctx, live)
+			switch {
+			case s.wantIn == "" && err != nil:
+				t.Fatalf("%s: refused: %v", s.name, err)
+			case s.wantIn != "" && err == nil:
+				t.Fatalf("%s: accepted; want an error containing %q", s.name, s.wantIn)
+			case s.wantIn != "" && !strings.Contains(err.Error(), s.wantIn):
+				t.Fatalf("%s: error does not name the problem:\n got: %v\nwant: ...%s...", s.name, err, s.wantIn)
+			}
+		}
+	}
+
+	t.Run("from sqlite", func(t *testing.T) {
+		run(t, newCluster(ns, "migrate-sqlite", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.SQLiteDatastore }), []step{
+			{"to etcd without the mark", toEtcd(false), "datastore.type is immutable"},
+			{"the mark without the type", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, "datastore.migrateFrom may only be set when datastore.type is etcd"},
+			{"the mark with another value", func(c *v1beta1.Cluster) {
+				toEtcd(false)(c)
+				c.Spec.Datastore.MigrateFrom = v1beta1.EtcdDatastore
+			}, "spec.datastore.migrateFrom: Unsupported value"},
+			{"to etcd with the mark", toEtcd(true), ""},
+			{"growing before the switch", func(c *v1beta1.Cluster) { c.Spec.Servers = 3 }, ""},
+			{"back to sqlite before the switch (abort)", back, ""},
+			{"to etcd with the mark again", toEtcd(true), ""},
+			{"the switch: the mark removed", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = "" }, ""},
+			{"back to sqlite after the switch", back, "datastore.type is immutable"},
+			{"the mark again after the switch", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, "datastore.migrateFrom is set only together with the change"},
+		})
+	})
+	t.Run("from the default datastore", func(t *testing.T) {
+		run(t, newCluster(ns, "migrate-default"), []step{
+			{"to etcd with the mark", toEtcd(true), ""},
+		})
+	})
+	t.Run("from etcd", func(t *testing.T) {
+		run(t, newCluster(ns, "migrate-etcd", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.EtcdDatastore }), []step{
+			{"a mark on a cluster that was etcd", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, "datastore.migrateFrom is set only together with the change"},
+			{"to sqlite", back, "datastore.type is immutable"},
+		})
+	})
+	t.Run("from external", func(t *testing.T) {
+		run(t, newCluster(ns, "migrate-external", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.ExternalDatastore
+			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db:5432/k3s"}
+		}), []step{
+			{"to etcd with the mark", func(c *v1beta1.Cluster) {
+				toEtcd(true)(c)
+				c.Spec.Datastore.External = nil
+			}, "datastore.type is immutable"},
+		})
+	})
 }
