@@ -1,7 +1,8 @@
 package testenv
 
 import (
-	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -30,35 +31,51 @@ func ListenUDPAndTCP(t testing.TB) (net.PacketConn, net.Listener) {
 	return nil, nil
 }
 
-// handedOut holds every port FreePort has returned in this process. The
-// kernel may give the same ephemeral port to two listen(":0") calls in a row
-// once the first listener is closed, so two "free" addresses asked for one
-// after the other (a member's peer and client address) can be the same port;
-// the second bind then fails with "address already in use".
+// handedOut holds every port FreePort has returned in this process: two
+// "free" addresses asked for one after the other (a member's peer and client
+// address) must not be the same port.
 var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
 }{ports: map[int]bool{}}
 
-// FreePort returns a port on host that was free a moment ago and that this
-// process has not been given before. Another process may still take it before
-// the caller binds; that shows up as a bind error, not a hang.
+// Test ports come from below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768-60999 by default) and below the
+// NodePort range (30000-32767). A port the kernel hands out for listen(":0")
+// is an ephemeral port, and so is the local end of every outgoing connection:
+// between the moment such a port is found free and the moment a child process
+// binds it, any connection made on the machine (the test's own clients, other
+// test binaries run in parallel, kube-apiserver) can take it, and the bind
+// fails with "address already in use" — which CI saw twice
+// (TestARemovedMembersSidecarSetsItsDataAsideAndJoinsAgain,
+// TestRestoreSQLiteSnapshotIntoANewCluster). Below that range only listeners
+// that ask for a port by number compete, and each pick is random.
+const (
+	testPortLow  = 20000
+	testPortHigh = 30000 // exclusive
+)
+
+// FreePort returns a port on host, outside the ephemeral and NodePort ranges,
+// that was free a moment ago and that this process has not been given before.
+// Another process may still bind it first; that shows up as a bind error, not
+// a hang.
 func FreePort(host string) (int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	for range 200 {
+		port := testPortLow + rand.IntN(testPortHigh-testPortLow)
+		if handedOut.ports[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return 0, err
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			return port, nil
-		}
+		handedOut.ports[port] = true
+		return port, nil
 	}
-	return 0, errors.New("the kernel handed out only ports this process already holds in 100 tries")
+	return 0, fmt.Errorf("no free port on %s in %d-%d after 200 tries", host, testPortLow, testPortHigh-1)
 }
 
 // FreeAddr is FreePort as host:port, failing t when no port can be had.
