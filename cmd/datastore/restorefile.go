@@ -233,8 +233,15 @@ func (t *clusterTarget) GiveToken(ctx context.Context, token []byte) error {
 		return err
 	}
 	name := layout.NamesFor(&v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: t.name}}).Token
+	return giveToken(ctx, cs, t.namespace, name, token)
+}
+
+// giveToken writes token into the Secret ns/name when it holds none; one
+// that holds this token already is left as it is (a run after a lost
+// reply), one that holds another is refused and left as it is.
+func giveToken(ctx context.Context, cs kubernetes.Interface, ns, name string, token []byte) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		secret, err := cs.CoreV1().Secrets(t.namespace).Get(ctx, name, metav1.GetOptions{})
+		secret, err := cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("getting the token Secret %s: %w", name, err)
 		}
@@ -245,7 +252,7 @@ func (t *clusterTarget) GiveToken(ctx context.Context, token []byte) error {
 			return errAnotherToken
 		}
 		secret.Data = map[string][]byte{layout.SecretKeyToken: token}
-		if _, err := cs.CoreV1().Secrets(t.namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		if _, err := cs.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("writing the token Secret %s: %w", name, err)
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/controller/cluster"
@@ -191,5 +196,34 @@ func TestTheControllersRestoreCommandLineParses(t *testing.T) {
 	}
 	if got["file"] != "c-20261202T030000Z-r4.k3ksnap" || got["cluster"] != "c2" || got["dir"] == "" || got["tmp-dir"] == "" {
 		t.Fatalf("parsed %v", got)
+	}
+}
+
+// TestGiveTokenFillsOnlyAnEmptySecret: the empty Secret gets the token; the
+// same token again is fine; another token is refused and left in place.
+func TestGiveTokenFillsOnlyAnEmptySecret(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k3k-c2-token"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k3k-other-token"}, Data: map[string][]byte{"token": []byte("theirs")}},
+	)
+	for i := range 2 {
+		if err := giveToken(ctx, cs, "ns", "k3k-c2-token", []byte("snapshot")); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	s, _ := cs.CoreV1().Secrets("ns").Get(ctx, "k3k-c2-token", metav1.GetOptions{})
+	if string(s.Data["token"]) != "snapshot" {
+		t.Fatalf("token Secret holds %q", s.Data["token"])
+	}
+	if err := giveToken(ctx, cs, "ns", "k3k-other-token", []byte("snapshot")); !errors.Is(err, errAnotherToken) {
+		t.Fatalf("another token: %v", err)
+	}
+	s, _ = cs.CoreV1().Secrets("ns").Get(ctx, "k3k-other-token", metav1.GetOptions{})
+	if string(s.Data["token"]) != "theirs" {
+		t.Fatalf("the other token was replaced: %q", s.Data["token"])
+	}
+	if err := giveToken(ctx, cs, "ns", "k3k-missing-token", []byte("snapshot")); err == nil {
+		t.Fatal("a missing Secret was accepted")
 	}
 }
