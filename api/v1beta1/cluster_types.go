@@ -97,6 +97,9 @@ type Cluster struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.serviceCIDR) ? self.serviceCIDR : '-') == (has(oldSelf.serviceCIDR) ? oldSelf.serviceCIDR : '-')",message="serviceCIDR is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterDNS) || !has(self.serviceCIDR) || !isIP(self.clusterDNS) || !isCIDR(self.serviceCIDR) || cidr(self.serviceCIDR).containsIP(self.clusterDNS)",message="clusterDNS must be an address inside serviceCIDR"
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.etcd) || !has(self.datastore.etcd.quotaBackendSize) || !isQuantity(self.datastore.etcd.quotaBackendSize) || quantity(self.datastore.etcd.quotaBackendSize).compareTo(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')) <= 0",message="datastore.etcd.quotaBackendSize may not exceed persistence.storageRequestSize (unset, and with ephemeral persistence, 2Gi): the database must fit on the server volume"
+// +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || !has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'external'",message="restoreFrom: a snapshot cannot be restored into datastore.type external (k3k does not hold its data)"
+// +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || !has(self.tokenSecretRef)",message="restoreFrom: the cluster gets the snapshot's token (its data is encrypted with it); tokenSecretRef cannot be set with it"
+// +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="restoreFrom is immutable: it is honoured only when the cluster is created"
 // +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'external'",message="backup: scheduled snapshots are not supported with datastore.type external (k3k does not hold its data): back it up with the datastore's own tools"
 // +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.storageRequestSize) && isQuantity(self.persistence.storageRequestSize) ? quantity(self.persistence.storageRequestSize) : quantity('2Gi')).compareTo(has(oldSelf.persistence) && has(oldSelf.persistence.storageRequestSize) && isQuantity(oldSelf.persistence.storageRequestSize) ? quantity(oldSelf.persistence.storageRequestSize) : quantity('2Gi')) >= 0",message="persistence.storageRequestSize may only grow (unset means 2Gi)"
 type ClusterSpec struct {
@@ -259,6 +262,40 @@ type ClusterSpec struct {
 	// data k3k does not hold: back that up with its own tools.
 	// +optional
 	Backup *BackupConfig `json:"backup,omitempty"`
+
+	// RestoreFrom creates the cluster from a snapshot file on a volume claim
+	// of the namespace (e.g. one spec.backup wrote) instead of empty: the
+	// controller generates no token, starts the servers with empty
+	// datastores, and a Job k3k-<name>-restore loads the snapshot into the
+	// first server's datastore and gives the cluster the snapshot's token
+	// (docs/backup.md). Honoured only at creation: it cannot be set, changed
+	// or removed later, and it is ignored (condition Restored, reason
+	// RestoreIgnored) when server volumes of this cluster exist already. Not
+	// for datastore.type external, nor with tokenSecretRef: the cluster gets
+	// the snapshot's token.
+	// +optional
+	RestoreFrom *RestoreSource `json:"restoreFrom,omitempty"`
+}
+
+// RestoreSource is a snapshot file on a PersistentVolumeClaim of the
+// Cluster's namespace. The claim must carry the label
+// k3k.io/restore-for=<cluster name> (or k3k.io/backup-for=<cluster name>,
+// which hands over more): the restore Job mounts it read-only, and without
+// the owner's label whoever may create a Cluster could have that Job read
+// any claim of the namespace.
+type RestoreSource struct {
+	// ClaimName is the PersistentVolumeClaim holding the file.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	ClaimName string `json:"claimName"`
+
+	// File is the snapshot's file name on the claim, at its top level (as
+	// spec.backup writes them): a plain name, no '/' and not '.' or '..'.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/') && self != '.' && self != '..'",message="restoreFrom.file must be a plain file name on the claim: no '/', not '.' or '..'",reason=FieldValueInvalid
+	File string `json:"file"`
 }
 
 // BackupConfig is a Cluster's scheduled snapshots (docs/backup.md).

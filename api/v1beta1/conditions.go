@@ -30,6 +30,11 @@ const (
 	// its reason (ReasonMigration…); it goes once the token is back. It
 	// does not gate Ready (TokenReady does, while k3s is stopped).
 	ConditionMigrating = "Migrating"
+	// ConditionRestored is present while spec.restoreFrom is set: whether the
+	// snapshot was loaded and the cluster given its token (True Restored), is
+	// being loaded (False RestorePending), failed (False RestoreFailed, or a
+	// claim reason), or was ignored because the cluster holds data already.
+	ConditionRestored = "Restored"
 )
 
 // Reasons of Migrating: the step, read from the Cluster (its
@@ -45,6 +50,27 @@ const (
 	// ReasonMigrationSwitched: migrateFrom removed, the data is in etcd; the
 	// token is being put back. No way back.
 	ReasonMigrationSwitched = "MigrationSwitched"
+)
+
+// Reasons of Restored.
+const (
+	ReasonRestored = "Restored"
+	// ReasonRestorePending: the restore Job has not finished.
+	ReasonRestorePending = "RestorePending"
+	// ReasonRestoreFailed: the restore Job failed; the message has its reason.
+	// The token stays empty, so k3s never starts on the empty datastores.
+	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonRestoreClaimNotFound: restoreFrom.claimName names no claim of the
+	// namespace; no Job runs until it exists.
+	ReasonRestoreClaimNotFound = "RestoreClaimNotFound"
+	// ReasonRestoreClaimRefused: the claim is not labelled for this cluster,
+	// or is a k3k server volume.
+	ReasonRestoreClaimRefused = "RestoreClaimRefused"
+	// ReasonRestoreUnsupported: the datastore in effect is external.
+	ReasonRestoreUnsupported = "RestoreUnsupported"
+	// ReasonRestoreIgnored: server volumes of the cluster existed before any
+	// restore began (kept volumes): they are served, the snapshot is not.
+	ReasonRestoreIgnored = "RestoreIgnored"
 )
 
 // Reasons of LastBackupSucceeded.

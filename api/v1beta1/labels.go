@@ -18,6 +18,9 @@ const (
 	// ComponentBackup is the LabelComponent value of the backup CronJob, its
 	// Jobs and their pods.
 	ComponentBackup = "backup"
+	// ComponentRestore is the LabelComponent value of the restore Job
+	// (spec.restoreFrom), its pod and its rights.
+	ComponentRestore = "restore"
 )
 
 // LabelBackupFor on a PersistentVolumeClaim hands it to the scheduled
@@ -27,6 +30,13 @@ const (
 // holds. Without it a Cluster's creator could point the Job at any claim of
 // the namespace.
 const LabelBackupFor = "k3k.io/backup-for"
+
+// LabelRestoreFor on a PersistentVolumeClaim hands it, for reading, to the
+// restore Job of the Cluster it names (spec.restoreFrom). A label of its own
+// rather than LabelBackupFor: a claim is read into a new cluster of another
+// name while it stays the backup claim of the old one, and reading is less
+// than what LabelBackupFor hands over (writing, fsGroup), which also serves.
+const LabelRestoreFor = "k3k.io/restore-for"
 
 // AnnotationEtcdRecover on a Cluster asks for a recovery from etcd quorum
 // loss (`k3kcli cluster recover NAME` sets it; the value identifies the

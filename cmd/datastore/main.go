@@ -6,7 +6,8 @@
 // snapshot` writes a consistent snapshot of the running datastore to stdout,
 // `datastore restore` loads one into the empty datastore of a new cluster, and
 // `datastore etcd-alarm` lists and disarms an HA cluster's etcd alarms, and
-// `datastore backup` takes one scheduled snapshot into a directory.
+// `datastore backup` takes one scheduled snapshot into a directory, and
+// `datastore restore-from-file` restores a snapshot file into a new cluster.
 package main
 
 import (
@@ -47,6 +48,7 @@ func newRootCommand() *cobra.Command {
 		newRestoreCommand(),
 		newEtcdAlarmCommand(),
 		newBackupCommand(),
+		newRestoreFromFileCommand(),
 	)
 	return root
 }

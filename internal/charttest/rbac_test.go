@@ -109,9 +109,10 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 			runController(t, tc.watch)
 
 			name := "rbac-" + tc.clusterNS
-			// The backup claim, handed to the cluster as its owner would.
+			// The backup claim, handed to the cluster as its owner would, and
+			// for reading to its restore Job.
 			claim := &corev1.PersistentVolumeClaim{
-				ObjectMeta: metav1.ObjectMeta{Name: "snapshots", Namespace: tc.clusterNS, Labels: map[string]string{v1beta1.LabelBackupFor: name}},
+				ObjectMeta: metav1.ObjectMeta{Name: "snapshots", Namespace: tc.clusterNS, Labels: map[string]string{v1beta1.LabelBackupFor: name, v1beta1.LabelRestoreFor: name}},
 				Spec: corev1.PersistentVolumeClaimSpec{
 					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
@@ -124,8 +125,9 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 			c := &v1beta1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tc.clusterNS},
 				Spec: v1beta1.ClusterSpec{
-					Expose: &v1beta1.ExposeConfig{Ingress: &v1beta1.IngressConfig{Host: "vc.example.com"}},
-					Backup: &v1beta1.BackupConfig{Schedule: "@daily", Keep: 2, ClaimName: "snapshots"},
+					Expose:      &v1beta1.ExposeConfig{Ingress: &v1beta1.IngressConfig{Host: "vc.example.com"}},
+					Backup:      &v1beta1.BackupConfig{Schedule: "@daily", Keep: 2, ClaimName: "snapshots"},
+					RestoreFrom: &v1beta1.RestoreSource{ClaimName: "snapshots", File: "old.k3ksnap"},
 				},
 			}
 			if err := k8s.Create(context.Background(), c); err != nil {
@@ -162,6 +164,13 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 					&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name)}},
 					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name)}},
 					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.BackupName(c.Name) + "-exec"}},
+					// spec.restoreFrom: the Job, and a Role with update on
+					// the token Secret (the controller holds it).
+					&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: layout.RestoreName(c.Name)}},
+					&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: layout.RestoreName(c.Name)}},
+					&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: layout.RestoreName(c.Name)}},
+					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.RestoreName(c.Name)}},
+					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.RestoreName(c.Name) + "-exec"}},
 				} {
 					if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: o.GetName()}, o); err != nil {
 						return fmt.Errorf("%T %s: %w", o, o.GetName(), err)

@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,13 +14,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/snapshot"
+	"github.com/k3k-io/k3k/pkg/snapshotter"
 )
 
 // Restoring a snapshot into a new Cluster (`cluster create NAME
@@ -168,16 +166,7 @@ func (p *pendingRestore) waitDatastore(ctx context.Context, o Options, s *sessio
 
 // SidecarRestoreCommand is what loads a snapshot in the datastore sidecar of pod.
 func SidecarRestoreCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod string) []string {
-	port := strconv.Itoa(layout.DatastoreClientPort)
-	if ds == v1beta1.EtcdDatastore {
-		// The etcd sidecar's only writable place is its volume, empty in a
-		// new cluster.
-		return []string{"/usr/local/bin/datastore", "restore",
-			"--endpoint=https://" + layout.ServerPodHost(c, pod) + ":" + port, "--dial-address=127.0.0.1:" + port,
-			"--ca-file=" + layout.EtcdCAPath, "--cert-file=" + layout.EtcdCertPath, "--key-file=" + layout.EtcdKeyPath,
-			"--tmp-dir=" + layout.EtcdDataDir}
-	}
-	return []string{"/usr/local/bin/datastore", "restore", "--endpoint=http://127.0.0.1:" + port, "--tmp-dir=" + layout.DatastorePodDir}
+	return snapshotter.RestoreCommand(c, ds, pod)
 }
 
 // SidecarReplaceCommand is what replaces the data of pod's datastore with a
@@ -201,38 +190,23 @@ func (p *pendingRestore) load(ctx context.Context, rc *rest.Config, c *v1beta1.C
 	if p.replace && p.aboveSnapshot {
 		command = append(command, "--revision-above-snapshot")
 	}
-	exec, err := sidecarExecutor(rc, pod, command, true)
-	if err != nil {
-		return "", err
-	}
 	data, err := os.Open(p.dataPath)
 	if err != nil {
 		return "", err
 	}
 	defer data.Close()
-	pr, pw := io.Pipe()
-	go func() {
-		sw := snapshot.NewStreamWriter(pw)
-		_, err := io.Copy(sw, data)
-		if err == nil {
-			m := p.archive.Manifest
-			err = sw.Finish(snapshot.Manifest{Datastore: m.Datastore, Revision: m.Revision, CompactRevision: m.CompactRevision, CreatedAt: m.CreatedAt})
-		}
-		pw.CloseWithError(err)
-	}()
-	var stdout, stderr bytes.Buffer
-	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &stdout, Stderr: &limitedBuffer{b: &stderr, max: 16 << 10}})
-	_ = pr.Close()
-	if err != nil {
+	said, err := snapshotter.Load(ctx, snapshotter.Source{Config: rc, Cluster: c, Pod: pod, Datastore: ds}, command, p.archive.Manifest, data)
+	var le *snapshotter.LoadError
+	if errors.As(err, &le) {
 		hint := "delete the cluster (its token was not given, so k3s never started on partial data) and run the restore again"
 		if p.replace {
 			hint = inPlaceHint
 		}
 		return "", &Error{Code: ExitError,
-			Msg:  fmt.Sprintf("loading the snapshot in pod %s/%s: %v; the sidecar said: %s", pod.Namespace, pod.Name, err, lastLines(stderr.String(), 3)),
-			Hint: hint, Err: err}
+			Msg:  fmt.Sprintf("loading the snapshot in pod %s: %v; the sidecar said: %s", le.Pod, le.Err, le.Stderr),
+			Hint: hint, Err: le.Err}
 	}
-	return lastLines(stderr.String(), 1), nil
+	return said, err
 }
 
 // giveToken writes the snapshot's token into the token Secret the controller

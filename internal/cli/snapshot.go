@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -190,31 +187,4 @@ func SidecarSnapshotCommand(c *v1beta1.Cluster, ds v1beta1.DatastoreType, pod st
 // complete.
 func writeSnapshotFile(path string, m snapshot.Manifest, token []byte, data io.Reader) error {
 	return snapshotter.WriteFile(path, m, token, data)
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	b   *bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-// sidecarExecutor runs command in pod's datastore sidecar as kubectl exec
-// does (snapshotter.Executor).
-func sidecarExecutor(rc *rest.Config, pod *corev1.Pod, command []string, stdin bool) (remotecommand.Executor, error) {
-	return snapshotter.Executor(rc, pod, command, stdin)
 }

@@ -184,3 +184,23 @@ const (
 // BackupName names the backup CronJob, its ServiceAccount, Role and
 // RoleBinding. 41 characters of a Cluster's name make 52, a CronJob's limit.
 func BackupName(cluster string) string { return prefix(cluster) + "-backup" }
+
+// The restore Job's pod (spec.restoreFrom): the contract between the
+// controller's builder and `datastore restore-from-file`.
+const (
+	// RestoreVolume is the claim named by spec.restoreFrom.claimName,
+	// mounted read-only at RestoreDir.
+	RestoreVolume = "snapshots"
+	RestoreDir    = "/var/lib/k3k/restore"
+	// RestoreTmpVolume is an emptyDir at RestoreTmpDir, where the checked
+	// data waits while it is streamed (the root file system is read-only).
+	RestoreTmpVolume = "tmp"
+	RestoreTmpDir    = "/tmp"
+	// RestoreContainer runs `datastore restore-from-file`; its termination
+	// message is the run's result (never the token).
+	RestoreContainer = "restore"
+)
+
+// RestoreName names the restore Job, its ServiceAccount, Role and
+// RoleBinding.
+func RestoreName(cluster string) string { return prefix(cluster) + "-restore" }

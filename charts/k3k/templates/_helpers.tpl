@@ -167,13 +167,15 @@ name=quantity,… flag value, in key order. */}}
 # backup Job get/list on pods (the server pods are found by label), and RBAC
 # only lets the controller grant rights it holds.
 # The backup CronJob (Owns; delete when spec.backup is removed) and its Jobs,
-# read back for status.backup (Watches, by label).
+# read back for status.backup (Watches, by label). The restore Job
+# (spec.restoreFrom) is created once and never changed or deleted: it goes
+# with the Cluster through its owner reference.
 - apiGroups: ["batch"]
   resources: ["cronjobs"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "create"]
 # Server volume claims are observed (whether a server holds data) and patched
 # to grow them when spec.persistence.storageRequestSize grows. The backup
 # claim (spec.backup.claimName, the user's) is read uncached (get) to check

@@ -271,6 +271,12 @@ func jobFinished(j batchv1.Job) (*batchv1.JobCondition, bool) {
 // jobResult is the result the backup container of j's newest pod wrote (of
 // a succeeded pod when the Job succeeded).
 func jobResult(j batchv1.Job, pods []corev1.Pod, succeeded bool) (snapshotter.Result, bool) {
+	return containerResult(j, pods, layout.BackupContainer, succeeded)
+}
+
+// containerResult is the result the container of j's newest pod wrote as its
+// termination message (of a succeeded pod when the Job succeeded).
+func containerResult(j batchv1.Job, pods []corev1.Pod, container string, succeeded bool) (snapshotter.Result, bool) {
 	var best *corev1.ContainerStateTerminated
 	for i := range pods {
 		p := &pods[i]
@@ -281,7 +287,7 @@ func jobResult(j batchv1.Job, pods []corev1.Pod, succeeded bool) (snapshotter.Re
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != layout.BackupContainer || cs.State.Terminated == nil {
+			if cs.Name != container || cs.State.Terminated == nil {
 				continue
 			}
 			if t := cs.State.Terminated; best == nil || t.FinishedAt.After(best.FinishedAt.Time) {

@@ -126,58 +126,16 @@ func backupKeep(c *v1beta1.Cluster) int32 {
 func DesiredBackupCronJob(c *v1beta1.Cluster, cfg Config, paused bool) *batchv1.CronJob {
 	labels := backupLabels(c)
 	name := layout.BackupName(c.Name)
-	var pullSecrets []corev1.LocalObjectReference
-	for _, s := range cfg.PullSecrets {
-		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: s})
-	}
-	pod := corev1.PodSpec{
-		ServiceAccountName:           name,
-		AutomountServiceAccountToken: ptr.To(true),
-		RestartPolicy:                corev1.RestartPolicyNever,
-		EnableServiceLinks:           ptr.To(false),
-		ImagePullSecrets:             pullSecrets,
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:        ptr.To(true),
-			RunAsUser:           ptr.To(int64(layout.BackupUID)),
-			RunAsGroup:          ptr.To(int64(layout.BackupUID)),
-			FSGroup:             ptr.To(int64(layout.BackupUID)),
-			FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
-			SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		Containers: []corev1.Container{{
-			Name:            layout.BackupContainer,
-			Image:           cfg.DatastoreImage,
-			ImagePullPolicy: cfg.PullPolicy,
-			Command:         []string{"/usr/local/bin/datastore"},
-			Args:            BackupArgs(c),
-			// The result is written to the termination message on purpose;
-			// FallbackToLogsOnError would put log lines there instead.
-			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
-			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-			SecurityContext: &corev1.SecurityContext{
-				Privileged:               ptr.To(false),
-				RunAsNonRoot:             ptr.To(true),
-				AllowPrivilegeEscalation: ptr.To(false),
-				ReadOnlyRootFilesystem:   ptr.To(true),
-				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			// Requests and limits of its own, so a LimitRange or quota of the
-			// namespace neither refuses nor starves it. The data goes to the
-			// claim, never into memory.
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
-			},
-			VolumeMounts: []corev1.VolumeMount{{Name: layout.BackupVolume, MountPath: layout.BackupDir}},
-		}},
-		Volumes: []corev1.Volume{{
+	pod := snapshotJobPod(cfg, snapshotJobParts{
+		serviceAccount: name, container: layout.BackupContainer, args: BackupArgs(c), fsGroup: true,
+		mounts: []corev1.VolumeMount{{Name: layout.BackupVolume, MountPath: layout.BackupDir}},
+		volumes: []corev1.Volume{{
 			Name: layout.BackupVolume,
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 				ClaimName: c.Spec.Backup.ClaimName,
 			}},
 		}},
-	}
+	})
 	return &batchv1.CronJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels},
 		Spec: batchv1.CronJobSpec{
@@ -201,4 +159,75 @@ func DesiredBackupCronJob(c *v1beta1.Cluster, cfg Config, paused bool) *batchv1.
 			},
 		},
 	}
+}
+
+// snapshotJobParts is what differs between the pods of the backup and the
+// restore Jobs.
+type snapshotJobParts struct {
+	serviceAccount, container string
+	args                      []string
+	// fsGroup makes the volumes writable for BackupUID (the backup writes
+	// onto its claim; the restore only reads).
+	fsGroup bool
+	mounts  []corev1.VolumeMount
+	volumes []corev1.Volume
+}
+
+// snapshotJobPod is the pod of a Job that runs the datastore binary against
+// a cluster's server pods through pods/exec (`datastore backup`, `datastore
+// restore-from-file`). It meets the restricted Pod Security Standard:
+// non-root, no privilege escalation, no capabilities, a read-only root, no
+// host namespace or path; it mounts p.volumes and nothing else but its
+// ServiceAccount token.
+func snapshotJobPod(cfg Config, p snapshotJobParts) corev1.PodSpec {
+	var pullSecrets []corev1.LocalObjectReference
+	for _, s := range cfg.PullSecrets {
+		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	pod := corev1.PodSpec{
+		ServiceAccountName:           p.serviceAccount,
+		AutomountServiceAccountToken: ptr.To(true),
+		RestartPolicy:                corev1.RestartPolicyNever,
+		EnableServiceLinks:           ptr.To(false),
+		ImagePullSecrets:             pullSecrets,
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			RunAsUser:      ptr.To(int64(layout.BackupUID)),
+			RunAsGroup:     ptr.To(int64(layout.BackupUID)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name:            p.container,
+			Image:           cfg.DatastoreImage,
+			ImagePullPolicy: cfg.PullPolicy,
+			Command:         []string{"/usr/local/bin/datastore"},
+			Args:            p.args,
+			// The result is written to the termination message on purpose;
+			// FallbackToLogsOnError would put log lines there instead.
+			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			SecurityContext: &corev1.SecurityContext{
+				Privileged:               ptr.To(false),
+				RunAsNonRoot:             ptr.To(true),
+				AllowPrivilegeEscalation: ptr.To(false),
+				ReadOnlyRootFilesystem:   ptr.To(true),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			// Requests and limits of its own, so a LimitRange or quota of the
+			// namespace neither refuses nor starves it. The data goes to the
+			// claim, never into memory.
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			},
+			VolumeMounts: p.mounts,
+		}},
+		Volumes: p.volumes,
+	}
+	if p.fsGroup {
+		pod.SecurityContext.FSGroup = ptr.To(int64(layout.BackupUID))
+		pod.SecurityContext.FSGroupChangePolicy = ptr.To(corev1.FSGroupChangeOnRootMismatch)
+	}
+	return pod
 }

@@ -122,6 +122,7 @@ func (r *Reconciler) steps(o *observation) []namedStep {
 	}
 	return []namedStep{
 		{"token", r.reconcileToken},
+		{"restore", r.reconcileRestore},
 		{"kubeconfig Secret", r.reconcileKubeconfigSecret},
 		{"server RBAC", r.reconcileRBAC},
 		{"isolation", r.reconcileIsolation},
@@ -172,7 +173,7 @@ func (r *Reconciler) reconcileToken(ctx context.Context, c *v1beta1.Cluster, o *
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if hasData || restorePending(c) {
+	if hasData || restorePending(c) || c.Spec.RestoreFrom != nil {
 		o.token = tokenState{false, v1beta1.ReasonTokenAwaitingRestore, tokenAwaitingRestoreMessage(c, name)}
 		if !exists {
 			// An empty placeholder, so the publisher needs only update rights.
@@ -414,6 +415,9 @@ func (r *Reconciler) observe(ctx context.Context, c *v1beta1.Cluster, o *observa
 	if err := r.observeBackup(ctx, c, o); err != nil {
 		return err
 	}
+	if err := r.observeRestore(ctx, c, o); err != nil {
+		return err
+	}
 	o.agentWanted = r.Config.AgentImage != ""
 	if o.agentWanted {
 		agent := &appsv1.Deployment{}
@@ -459,6 +463,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, c *v1beta1.Cluster, o *ob
 	}
 	r.recordTransitions(c, before, st, o)
 	r.recordBackupEvents(c, before.Backup, st.Backup)
+	r.recordRestoreEvents(c, before.Conditions, st.Conditions)
 	return nil
 }
 

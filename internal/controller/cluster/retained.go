@@ -46,6 +46,10 @@ import (
 // which only a running server pod can do. A user's token Secret that is
 // missing (TokenSecretNotFound) holds the servers back: nothing could restore it.
 func serversMayStart(o *observation) bool {
+	if o.restore.hold {
+		// spec.restoreFrom: the restore Job must exist first (restore.go).
+		return false
+	}
 	return o.token.ready || awaitingTokenRestore(o)
 }
 
@@ -84,6 +88,10 @@ func tokenAwaitingRestoreMessage(c *v1beta1.Cluster, secret string) string {
 		return fmt.Sprintf("migrating from sqlite to etcd (k3kcli cluster migrate, annotation %s): k3s is stopped and waits for its token while the SQLite data is copied into etcd member 0; "+
 			"Secret %s gets the token back when that is done. If it stays so, the migration was interrupted: run the same k3kcli cluster migrate again to finish it, or k3kcli cluster migrate --abort to serve the SQLite data again", v1beta1.AnnotationRestorePending, secret)
 	}
+	if c.Spec.RestoreFrom != nil {
+		return fmt.Sprintf("restoring from %s on claim %s (spec.restoreFrom): Secret %s gets the snapshot's token from the restore Job once its data is loaded into the datastore; k3s waits for it. "+
+			"k3k never generates a token for such a cluster (see the Restored condition)", c.Spec.RestoreFrom.File, c.Spec.RestoreFrom.ClaimName, secret)
+	}
 	if restorePending(c) {
 		return fmt.Sprintf("restoring from a snapshot (annotation %s): Secret %s gets the snapshot's token once its data is loaded into the datastore; k3s waits for it. "+
 			"If it stays so, the restore was interrupted: delete the Cluster and restore again", v1beta1.AnnotationRestorePending, secret)
@@ -97,7 +105,7 @@ func tokenAwaitingRestoreMessage(c *v1beta1.Cluster, secret string) string {
 // recordTokenRestoreStart records that the servers were started on retained
 // data to restore the token; called once, when the StatefulSet is created.
 func (r *Reconciler) recordTokenRestoreStart(c *v1beta1.Cluster) {
-	if restorePending(c) {
+	if restorePending(c) || c.Spec.RestoreFrom != nil {
 		r.event(c, corev1.EventTypeNormal, v1beta1.ReasonServersStartedToRestoreToken, "StartServers",
 			fmt.Sprintf("restoring from a snapshot: the servers start with empty datastores and k3s waits for Secret %s, which gets the snapshot's token once its data is loaded", layout.NamesFor(c).Token))
 		return

@@ -49,6 +49,8 @@ type observation struct {
 	claims map[string]claimFacts
 	// backup is what was observed of the scheduled snapshots.
 	backup backupState
+	// restore is what was observed of spec.restoreFrom.
+	restore restoreState
 	// deleting: the Cluster is being deleted; nothing is observed.
 	deleting bool
 	// failure is the step that failed in this reconcile; nil when none did.
@@ -132,6 +134,9 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	if o.settingsErr != nil {
 		// Nothing is observed of the backups; what is known of them stays.
 		st.Backup = c.Status.Backup.DeepCopy()
+		if cond := meta.FindStatusCondition(c.Status.Conditions, v1beta1.ConditionRestored); cond != nil {
+			meta.SetStatusCondition(&st.Conditions, *cond)
+		}
 		set(v1beta1.ConditionReady, false, v1beta1.ReasonInvalidSpec, o.settingsErr.Error())
 		st.Phase = v1beta1.PhaseFailed
 		return st
@@ -193,6 +198,7 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	}
 	pausedStatus(c, o, &st, set)
 	setBackupStatus(c, o, &st)
+	setRestoreStatus(c, o, &st)
 	return st
 }
 
