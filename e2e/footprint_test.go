@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,7 +37,8 @@ import (
 //	FOOTPRINT_VARIANTS  the clusters to measure, one after the other, separated by ';':
 //	                    NAME or NAME=ITEM ITEM… (space-separated) where an ITEM is a k3s server argument
 //	                    (given to k3kcli --server-args) or env:NAME=VALUE (spec.serverEnvs,
-//	                    set after creation; the server pod rolls). Default "default".
+//	                    set after creation; the server pod rolls) or pod:shareProcessNamespace
+//	                    (set on the server StatefulSet after creation). Default "default".
 //
 // Memory is read on the node (the suite runs as root on the host cluster's
 // only node): the processes of each container are those in its cgroup
@@ -49,6 +51,10 @@ type footprintVariant struct {
 	name       string
 	serverArgs []string
 	envs       []v1beta1.ServerEnvVar
+	// shareProcessNamespace is set on the server StatefulSet's pod template
+	// after creation (the controller keeps a field it does not set), so that
+	// k3s is not the container's PID 1 and does not fork its `k3s init` reaper.
+	shareProcessNamespace bool
 }
 
 func footprintVariants(t *testing.T) []footprintVariant {
@@ -67,6 +73,8 @@ func footprintVariants(t *testing.T) []footprintVariant {
 		for _, it := range strings.Fields(items) {
 			switch {
 			case it == "":
+			case it == "pod:shareProcessNamespace":
+				v.shareProcessNamespace = true
 			case strings.HasPrefix(it, "env:"):
 				k, val, ok := strings.Cut(strings.TrimPrefix(it, "env:"), "=")
 				if !ok {
@@ -134,6 +142,9 @@ func TestFootprint(t *testing.T) {
 			if len(variant.envs) > 0 {
 				setServerEnvs(t, v, variant.envs)
 			}
+			if variant.shareProcessNamespace {
+				shareServerProcessNamespace(t, v)
+			}
 			waitAgentNode(t, v)
 			t.Logf("variant %s: server args %q, envs %v; idle for %s", variant.name, variant.serverArgs, variant.envs, idle)
 			time.Sleep(idle)
@@ -177,6 +188,19 @@ func setServerEnvs(t *testing.T, v *vcluster, envs []v1beta1.ServerEnvVar) {
 	c.Spec.ServerEnvs = envs
 	if err := crc.Update(context.Background(), &c); err != nil {
 		t.Fatalf("setting serverEnvs: %v", err)
+	}
+	waitPodReplaced(t, v, old, 5*time.Minute)
+	serving(t, v.client, 3*time.Minute)
+}
+
+// shareServerProcessNamespace sets shareProcessNamespace on the server
+// StatefulSet's pod template and waits for the rolled server pod.
+func shareServerProcessNamespace(t *testing.T, v *vcluster) {
+	t.Helper()
+	old := getPod(t, v, v.pod())
+	patch := []byte(`{"spec":{"template":{"spec":{"shareProcessNamespace":true}}}}`)
+	if _, err := host.AppsV1().StatefulSets(v.namespace).Patch(context.Background(), "k3k-"+v.name+"-server", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patching the server StatefulSet: %v", err)
 	}
 	waitPodReplaced(t, v, old, 5*time.Minute)
 	serving(t, v.client, 3*time.Minute)
@@ -393,7 +417,7 @@ func mib(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
 // for reference, each container's processes and the totals.
 func footprintTable(v footprintVariant, idle, loaded []containerMem, pods int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "variant %s (server args %q, envs %v), %d pods loaded\n", v.name, v.serverArgs, v.envs, pods)
+	fmt.Fprintf(&b, "variant %s (server args %q, envs %v, shareProcessNamespace %v), %d pods loaded\n", v.name, v.serverArgs, v.envs, v.shareProcessNamespace, pods)
 	b.WriteString("| container | process | idle PSS | idle anon | idle RSS | loaded PSS | loaded anon | loaded RSS |\n")
 	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	find := func(list []containerMem, c containerMem) *containerMem {
