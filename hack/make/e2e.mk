@@ -47,3 +47,9 @@ demo: ## Host cluster, chart and one virtual cluster "demo"; prints its kubeconf
 
 demo-down: ## Remove everything `make demo` made (root)
 	$(E2E_ENV) hack/e2e.sh demo-down
+
+.PHONY: bench-footprint
+
+# FOOTPRINT_VARIANTS, FOOTPRINT_PODS, FOOTPRINT_IDLE, FOOTPRINT_SETTLE: see e2e/footprint_test.go.
+bench-footprint: ## Private memory (PSS, anonymous) of every container of one virtual cluster, idle and with 100 pods: a table (host cluster, root; docs/footprint.md)
+	$(E2E_ENV) E2E_EXTRA_TAGS=footprint hack/e2e.sh test -run '^TestFootprint$$' $(E2E_ARGS)
