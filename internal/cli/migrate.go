@@ -147,20 +147,12 @@ goes on. See docs/backup.md.`,
 			if f.timeout <= 0 {
 				return usageErr("e.g. --timeout 30m", "--timeout must be positive, got %s", f.timeout)
 			}
-			s, err := g.connect()
-			if err != nil {
-				return err
-			}
-			rc, err := g.restConfig()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			if f.abort {
-				return runMigrateAbort(ctx, o, s, f, args[0])
-			}
-			return runMigrate(ctx, o, s, rc, f, args[0])
+			return g.withExec(cmd, f.timeout, func(ctx context.Context, s *session, rc *rest.Config) error {
+				if f.abort {
+					return runMigrateAbort(ctx, o, s, f, args[0])
+				}
+				return runMigrate(ctx, o, s, rc, f, args[0])
+			})
 		},
 	}
 	cmd.Flags().StringVar(&f.to, "to", "", "the datastore to move to: etcd (required unless --abort)")

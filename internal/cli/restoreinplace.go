@@ -134,17 +134,9 @@ finishes the job. See docs/backup.md.`,
 			if f.timeout <= 0 {
 				return usageErr("e.g. --timeout 30m", "--timeout must be positive, got %s", f.timeout)
 			}
-			s, err := g.connect()
-			if err != nil {
-				return err
-			}
-			rc, err := g.restConfig()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			return runRestoreInPlace(ctx, o, s, rc, f, args[0])
+			return g.withExec(cmd, f.timeout, func(ctx context.Context, s *session, rc *rest.Config) error {
+				return runRestoreInPlace(ctx, o, s, rc, f, args[0])
+			})
 		},
 	}
 	cmd.Flags().StringVar(&f.from, "from", "", "the snapshot file k3kcli cluster snapshot wrote (required)")

@@ -57,22 +57,32 @@ the token decrypts): keep it like the cluster's admin kubeconfig. See docs/backu
 			if f.timeout <= 0 {
 				return usageErr("e.g. --timeout 10m", "--timeout must be positive, got %s", f.timeout)
 			}
-			s, err := g.connect()
-			if err != nil {
-				return err
-			}
-			rc, err := g.restConfig()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			return runSnapshot(ctx, o, s, rc, f, args[0])
+			return g.withExec(cmd, f.timeout, func(ctx context.Context, s *session, rc *rest.Config) error {
+				return runSnapshot(ctx, o, s, rc, f, args[0])
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&f.output, "output", "o", "", "file to write the snapshot to; it must not exist (required)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Minute, "how long the snapshot may take")
 	return cmd
+}
+
+// withExec connects to the host cluster and runs fn with the session, the
+// client configuration pods/exec needs, and a context ending after timeout:
+// what every command that streams a snapshot through a server pod starts
+// with.
+func (g *globalFlags) withExec(cmd *cobra.Command, timeout time.Duration, fn func(ctx context.Context, s *session, rc *rest.Config) error) error {
+	s, err := g.connect()
+	if err != nil {
+		return err
+	}
+	rc, err := g.restConfig()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	return fn(ctx, s, rc)
 }
 
 // restConfig is the host cluster's client configuration, loaded as connect
