@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -122,18 +123,25 @@ func restoreFromFile(ctx context.Context, o restoreFileOptions, connect func() (
 		return snapshotter.Result{}, fmt.Errorf("--file %q must be a plain file name in %s", o.file, o.dir)
 	}
 	path := filepath.Join(o.dir, o.file)
-	info, err := os.Lstat(path)
+	// Opened without following a symbolic link and without blocking on a
+	// FIFO, then checked on the open file: whoever may write to the claim
+	// cannot swap a link (to the pod's ServiceAccount token, say) in between
+	// a check of the path and the open.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return snapshotter.Result{}, fmt.Errorf("the snapshot file %s on the claim is a symbolic link, not a regular file", o.file)
+		}
+		return snapshotter.Result{}, fmt.Errorf("the snapshot file %s on the claim: %w", o.file, err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
 		return snapshotter.Result{}, fmt.Errorf("the snapshot file %s on the claim: %w", o.file, err)
 	}
 	if !info.Mode().IsRegular() {
-		// A symbolic link could point anywhere in the pod (its
-		// ServiceAccount token included).
+		f.Close()
 		return snapshotter.Result{}, fmt.Errorf("the snapshot file %s on the claim is not a regular file (%s)", o.file, info.Mode().Type())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return snapshotter.Result{}, fmt.Errorf("opening the snapshot file %s: %w", o.file, err)
 	}
 	defer f.Close()
 	data, err := os.CreateTemp(o.tmpDir, "restore-*.db")

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,6 +84,11 @@ func TestRestoreFromFileChecksTheFileBeforeAnything(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "good.k3ksnap"), filepath.Join(dir, "link.k3ksnap")); err != nil {
 		t.Fatal(err)
 	}
+	// A FIFO no one writes to: opening it for reading blocks forever unless
+	// the open does not wait (the Job would hang until its deadline).
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.k3ksnap"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("an intact file is loaded, then its token given", func(t *testing.T) {
 		target := &fakeTarget{}
@@ -108,6 +114,7 @@ func TestRestoreFromFileChecksTheFileBeforeAnything(t *testing.T) {
 		{"a truncated file", "short.k3ksnap", "is not a usable snapshot"},
 		{"a path out of the directory", "../good.k3ksnap", "must be a plain file name"},
 		{"a symbolic link", "link.k3ksnap", "not a regular file"},
+		{"a FIFO", "fifo.k3ksnap", "not a regular file"},
 		{"a missing file", "none.k3ksnap", "no such file"},
 	} {
 		t.Run(tc.name+" is refused before any write", func(t *testing.T) {
