@@ -57,8 +57,9 @@ func assertNotMigrating(t *testing.T, ns, name string) {
 	if c.Spec.Datastore.MigrateFrom != "" {
 		t.Fatalf("spec.datastore.migrateFrom %q", c.Spec.Datastore.MigrateFrom)
 	}
-	if s := tokenSecret(t, c); s.Annotations[v1beta1.AnnotationRestorePending] == "" && len(s.Data[tokenBeforeRestoreKey]) != 0 {
-		t.Fatalf("the token Secret was marked: %v", s.Annotations)
+	s := tokenSecret(t, c)
+	if _, marked := s.Annotations[v1beta1.AnnotationRestorePending]; marked || len(s.Data[tokenBeforeRestoreKey]) != 0 {
+		t.Fatalf("the token Secret was marked: %v, %d bytes under %s", s.Annotations, len(s.Data[tokenBeforeRestoreKey]), tokenBeforeRestoreKey)
 	}
 }
 

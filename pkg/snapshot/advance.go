@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,14 @@ func AdvanceRevision(ctx context.Context, kv clientv3.KV, target int64) (int64, 
 		}()
 	}
 	wg.Wait()
+	if firstErr == nil && reached.Load() < target {
+		// The workers stopped because the caller's context ended, not
+		// because the target was reached: that is no success.
+		firstErr = ctx.Err()
+		if firstErr == nil {
+			firstErr = errors.New("stopped before the target")
+		}
+	}
 	if firstErr != nil {
 		return 0, fmt.Errorf("advancing the datastore's revision to %d (at %d): %w", target, reached.Load(), firstErr)
 	}
