@@ -55,6 +55,10 @@ const (
 	testPortHigh = 30000 // exclusive
 )
 
+// pickPort proposes a port to try; a variable so that a test can make it
+// propose a port in use.
+var pickPort = func() int { return testPortLow + rand.IntN(testPortHigh-testPortLow) }
+
 // FreePort returns a port on host, outside the ephemeral and NodePort ranges,
 // that was free a moment ago and that this process has not been given before.
 // Another process may still bind it first; that shows up as a bind error, not
@@ -63,7 +67,7 @@ func FreePort(host string) (int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	for range 200 {
-		port := testPortLow + rand.IntN(testPortHigh-testPortLow)
+		port := pickPort()
 		if handedOut.ports[port] {
 			continue
 		}
