@@ -336,7 +336,7 @@ func (b *Backend) apply(ctx context.Context, tx *sql.Tx, r *request) (result, er
 		}
 		if ok {
 			return result{rev: row.id, ok: true, written: &row,
-				kv: &server.KeyValue{Key: r.key, Value: r.value, Lease: r.lease, ModRevision: row.id}}, nil
+				kv: &server.KeyValue{Key: r.key, Value: r.value, Lease: r.lease, CreateRevision: row.createRevision, ModRevision: row.id}}, nil
 		}
 		newest, found, err := b.newest(ctx, tx, r.key)
 		if err != nil || !found || newest.deleted {
