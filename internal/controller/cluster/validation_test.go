@@ -315,6 +315,19 @@ func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 			{"to etcd with the mark", toEtcd(true), ""},
 		})
 	})
+	t.Run("the mark at creation", func(t *testing.T) {
+		// A Cluster created with the mark over kept etcd volumes would get
+		// member 0's bootstrapping roster, which the controller never
+		// publishes for data: the mark only makes sense on an update.
+		c := newCluster(ns, "migrate-create", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+			c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
+		})
+		err := k8s.Create(ctx, c)
+		if err == nil || !strings.Contains(err.Error(), "datastore.migrateFrom cannot be set when a cluster is created") {
+			t.Fatalf("creating a Cluster with datastore.migrateFrom: %v, want it refused", err)
+		}
+	})
 	t.Run("from etcd", func(t *testing.T) {
 		run(t, newCluster(ns, "migrate-etcd", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.EtcdDatastore }), []step{
 			{"a mark on a cluster that was etcd", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, "datastore.migrateFrom is set only together with the change"},
