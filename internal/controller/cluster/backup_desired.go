@@ -81,20 +81,30 @@ func DesiredBackupExecClusterRole(name string) *rbacv1.ClusterRole {
 
 // DesiredBackupRoleBinding binds DesiredBackupRole to DesiredBackupServiceAccount.
 func DesiredBackupRoleBinding(c *v1beta1.Cluster) *rbacv1.RoleBinding {
-	name := layout.BackupName(c.Name)
-	return &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: backupLabels(c)},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: c.Namespace}},
-	}
+	return jobRoleBinding(c, layout.BackupName(c.Name), backupLabels(c))
 }
 
 // DesiredBackupExecRoleBinding binds the backup exec ClusterRole to
 // DesiredBackupServiceAccount in c's namespace.
 func DesiredBackupExecRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.RoleBinding {
-	name := layout.BackupName(c.Name)
+	return jobExecRoleBinding(c, layout.BackupName(c.Name), backupLabels(c), clusterRole)
+}
+
+// jobRoleBinding binds the Role called name to the ServiceAccount of the
+// same name in c's namespace: a snapshot Job's own rights (backup, restore).
+func jobRoleBinding(c *v1beta1.Cluster, name string, labels map[string]string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-exec", Namespace: c.Namespace, Labels: backupLabels(c)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: c.Namespace}},
+	}
+}
+
+// jobExecRoleBinding binds the chart's exec ClusterRole (BackupExecRules) to
+// the ServiceAccount called name, in c's namespace only.
+func jobExecRoleBinding(c *v1beta1.Cluster, name string, labels map[string]string, clusterRole string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-exec", Namespace: c.Namespace, Labels: labels},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: c.Namespace}},
 	}

@@ -64,24 +64,14 @@ func DesiredRestoreRole(c *v1beta1.Cluster) *rbacv1.Role {
 
 // DesiredRestoreRoleBinding binds DesiredRestoreRole to DesiredRestoreServiceAccount.
 func DesiredRestoreRoleBinding(c *v1beta1.Cluster) *rbacv1.RoleBinding {
-	name := layout.RestoreName(c.Name)
-	return &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: restoreLabels(c)},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: c.Namespace}},
-	}
+	return jobRoleBinding(c, layout.RestoreName(c.Name), restoreLabels(c))
 }
 
 // DesiredRestoreExecRoleBinding binds the chart's backup exec ClusterRole
 // (BackupExecRules) to DesiredRestoreServiceAccount in c's namespace: the
 // restore streams into server 0's datastore sidecar through pods/exec.
 func DesiredRestoreExecRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.RoleBinding {
-	name := layout.RestoreName(c.Name)
-	return &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-exec", Namespace: c.Namespace, Labels: restoreLabels(c)},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: c.Namespace}},
-	}
+	return jobExecRoleBinding(c, layout.RestoreName(c.Name), restoreLabels(c), clusterRole)
 }
 
 // RestoreArgs is the restore container's command line (`datastore
