@@ -86,19 +86,9 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, c *v1beta1.Cluster, o 
 		}
 		return res, r.removeBackup(ctx, c)
 	}
-	if err := ensure(ctx, r.Client, c, DesiredBackupServiceAccount(c), func(_, _ *corev1.ServiceAccount) {}); err != nil {
+	if err := r.ensureJobRights(ctx, c, DesiredBackupServiceAccount(c), DesiredBackupRole(c),
+		DesiredBackupRoleBinding(c), DesiredBackupExecRoleBinding(c, r.Config.BackupExecClusterRole)); err != nil {
 		return ctrl.Result{}, err
-	}
-	if err := ensure(ctx, r.Client, c, DesiredBackupRole(c), func(live, d *rbacv1.Role) { live.Rules = d.Rules }); err != nil {
-		return ctrl.Result{}, err
-	}
-	for _, rb := range []*rbacv1.RoleBinding{DesiredBackupRoleBinding(c), DesiredBackupExecRoleBinding(c, r.Config.BackupExecClusterRole)} {
-		if err := r.replaceIfRoleRefChanged(ctx, c, rb); err != nil {
-			return ctrl.Result{}, err
-		}
-		if err := ensure(ctx, r.Client, c, rb, func(live, d *rbacv1.RoleBinding) { live.Subjects = d.Subjects }); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 	err := ensure(ctx, r.Client, c, DesiredBackupCronJob(c, r.Config, paused(c, o.settings)), func(live, d *batchv1.CronJob) { live.Spec = d.Spec })
 	return ctrl.Result{}, err
@@ -135,7 +125,35 @@ func (r *Reconciler) checkBackup(ctx context.Context, c *v1beta1.Cluster, o *obs
 		o.backup.problem = v1beta1.ReasonBackupClaimRefused
 		o.backup.problemMessage = fmt.Sprintf("backup.claimName: PersistentVolumeClaim %s is not labelled %s=%s; label it to hand it to this cluster's backups (their Job writes onto it and sets its group through fsGroup)", claim.Name, v1beta1.LabelBackupFor, c.Name)
 	}
+	if o.backup.problem == "" && c.Spec.TokenSecretRef != nil {
+		if err := r.checkBackupTokenSecret(ctx, c, o); err != nil {
+			return err
+		}
+	}
 	o.backup.checked = true
+	return nil
+}
+
+// checkBackupTokenSecret refuses a backup of a cluster whose token Secret the
+// Cluster's creator named (tokenSecretRef) unless that Secret is labelled for
+// this cluster's backups. The backup Job reads the token Secret with its own
+// rights and writes its "token" into every snapshot on the claim: without
+// the owner's consent, naming another cluster's token Secret (or any Secret
+// with a "token" key) would copy it onto a claim the creator can read.
+func (r *Reconciler) checkBackupTokenSecret(ctx context.Context, c *v1beta1.Cluster, o *observation) error {
+	name := c.Spec.TokenSecretRef.Name
+	secret := &metav1.PartialObjectMetadata{}
+	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		// The cluster itself waits for it (TokenReady); nothing to copy.
+	case err != nil:
+		return fmt.Errorf("getting token Secret %s: %w", name, err)
+	case secret.Labels[v1beta1.LabelBackupFor] != c.Name:
+		o.backup.problem = v1beta1.ReasonBackupUnsupported
+		o.backup.problemMessage = fmt.Sprintf("tokenSecretRef: Secret %s is not labelled %s=%s; every snapshot carries the token, so label the Secret to let this cluster's backups copy it onto the claim", name, v1beta1.LabelBackupFor, c.Name)
+	}
 	return nil
 }
 
@@ -207,7 +225,21 @@ func (r *Reconciler) observeBackup(ctx context.Context, c *v1beta1.Cluster, o *o
 	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(backupLabels(c))); err != nil {
 		return fmt.Errorf("listing backup pods: %w", err)
 	}
-	o.backup.jobs, o.backup.pods = jobs.Items, pods.Items
+	// Only the Jobs the backup CronJob made count: a Job that merely carries
+	// the labels (anyone who may create Jobs in the namespace can write one,
+	// with any termination message) must not set the status or the metric.
+	cj := &batchv1.CronJob{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: layout.BackupName(c.Name)}, cj)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading the backup CronJob: %w", err)
+	}
+	var own []batchv1.Job
+	for _, j := range jobs.Items {
+		if err == nil && metav1.IsControlledBy(&j, cj) {
+			own = append(own, j)
+		}
+	}
+	o.backup.jobs, o.backup.pods = own, pods.Items
 	return nil
 }
 
@@ -234,7 +266,11 @@ func finishedBackupRuns(o backupState) []backupRun {
 		case ok && found && res.Error == "" && res.File != "":
 			run.result = res
 			if !res.CreatedAt.IsZero() {
-				run.at = res.CreatedAt
+				// Whole seconds, as status stores them: a time with
+				// nanoseconds never equals its stored copy, so status
+				// would be written on every reconcile, each write
+				// causing the next.
+				run.at = res.CreatedAt.UTC().Truncate(time.Second)
 			}
 		case ok:
 			// Complete, but its result is gone (the pod was removed) or
@@ -422,4 +458,26 @@ func setBackupMetrics(namespace, name string, st *v1beta1.BackupStatus) {
 		return
 	}
 	lastBackupTimestamp.WithLabelValues(namespace, name).Set(float64(st.LastSuccessful.Time.Unix()))
+}
+
+// ensureJobRights makes a snapshot Job's identity and rights (backup,
+// restore): its ServiceAccount, its Role, and the RoleBindings to that Role
+// and to the chart's exec ClusterRole, each replaced when its roleRef (which
+// is immutable) changed.
+func (r *Reconciler) ensureJobRights(ctx context.Context, c *v1beta1.Cluster, sa *corev1.ServiceAccount, role *rbacv1.Role, bindings ...*rbacv1.RoleBinding) error {
+	if err := ensure(ctx, r.Client, c, sa, func(_, _ *corev1.ServiceAccount) {}); err != nil {
+		return err
+	}
+	if err := ensure(ctx, r.Client, c, role, func(live, d *rbacv1.Role) { live.Rules = d.Rules }); err != nil {
+		return err
+	}
+	for _, rb := range bindings {
+		if err := r.replaceIfRoleRefChanged(ctx, c, rb); err != nil {
+			return err
+		}
+		if err := ensure(ctx, r.Client, c, rb, func(live, d *rbacv1.RoleBinding) { live.Subjects = d.Subjects }); err != nil {
+			return err
+		}
+	}
+	return nil
 }

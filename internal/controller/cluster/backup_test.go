@@ -179,13 +179,23 @@ func TestBackupCronJobRunsRestrictedWithNarrowRights(t *testing.T) {
 // with message as its termination message.
 func finishJob(t *testing.T, c *v1beta1.Cluster, name string, succeeded bool, message string, at time.Time) {
 	t.Helper()
+	finishJobOwnedBy(t, c, name, succeeded, message, at, true)
+}
+
+// finishJobOwnedBy is finishJob for a Job the backup CronJob made (byCronJob)
+// or one that only carries its labels and template, as anyone who may
+// create Jobs in the namespace could write.
+func finishJobOwnedBy(t *testing.T, c *v1beta1.Cluster, name string, succeeded bool, message string, at time.Time, byCronJob bool) {
+	t.Helper()
 	ctx := context.Background()
 	cj := &batchv1.CronJob{}
 	get(t, c, layout.BackupName(c.Name), cj)
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: cj.Spec.JobTemplate.Labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))}},
-		Spec: *cj.Spec.JobTemplate.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: cj.Spec.JobTemplate.Labels},
+		Spec:       *cj.Spec.JobTemplate.Spec.DeepCopy(),
+	}
+	if byCronJob {
+		job.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))}
 	}
 	if err := k8s.Create(ctx, job); err != nil {
 		t.Fatalf("creating Job: %v", err)
@@ -247,7 +257,7 @@ func resultMessage(t *testing.T, res snapshotter.Result) string {
 // its result, the success kept, the failure counted once); and that the last
 // success outlives its Job.
 func TestBackupStatusComesFromTheFinishedJobs(t *testing.T) {
-	r, _ := newReconciler(t)
+	r, writes := newReconciler(t)
 	rec := events.NewFakeRecorder(20)
 	r.Recorder = rec
 	ns := newNamespace(t)
@@ -257,10 +267,18 @@ func TestBackupStatusComesFromTheFinishedJobs(t *testing.T) {
 	reconcileOnce(t, r, c)
 	drainEvents(rec)
 
-	taken := time.Date(2026, 12, 2, 3, 0, 5, 0, time.UTC)
+	// The Job's result carries nanoseconds (datastore backup writes
+	// time.Now()); status keeps whole seconds.
+	taken := time.Date(2026, 12, 2, 3, 0, 5, 123456789, time.UTC)
 	ok := snapshotter.Result{File: snapshotter.FileName("hourly", taken, 42), Revision: 42, Size: 8192, SHA256: strings.Repeat("ab", 32), CreatedAt: taken}
 	finishJob(t, c, "k3k-hourly-backup-1", true, resultMessage(t, ok), taken.Add(3*time.Second))
 	reconcileOnce(t, r, c)
+	before := writes.count()
+	reconcileOnce(t, r, c)
+	if n := writes.count() - before; n != 0 {
+		t.Fatalf("a reconcile after the result was recorded wrote %d times: the status it builds differs from the one stored", n)
+	}
+	taken = taken.Truncate(time.Second)
 	cond := backupCondition(t, c)
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != v1beta1.ReasonBackupSucceeded || !strings.Contains(cond.Message, ok.File) {
 		t.Fatalf("LastBackupSucceeded after a successful Job: %+v", cond)
@@ -364,6 +382,13 @@ func TestBackupThatCannotRunSaysWhy(t *testing.T) {
 	createClaim(t, ns, "someones-data", map[string]string{v1beta1.LabelBackupFor: "another-cluster"})
 	serverVolume := "data-k3k-victim-server-0"
 	createClaim(t, ns, serverVolume, map[string]string{v1beta1.LabelManagedBy: v1beta1.ManagedByValue, v1beta1.LabelCluster: "victim"})
+	// Another cluster's token Secret, which a Cluster creator names as this
+	// cluster's token: its backups would copy it onto their claim.
+	createClaim(t, ns, "claim-5", map[string]string{v1beta1.LabelBackupFor: "cannot-5"})
+	victimToken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "k3k-victim-token"}, Data: map[string][]byte{"token": []byte("victims-token")}}
+	if err := k8s.Create(context.Background(), victimToken); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name       string
 		spec       func(*v1beta1.Cluster)
@@ -388,6 +413,11 @@ func TestBackupThatCannotRunSaysWhy(t *testing.T) {
 			withBackup("@daily", 2)(c)
 			c.Spec.Datastore.Type = ""
 		}, func(cfg *Config) { cfg.DefaultDatastore = v1beta1.ExternalDatastore }, v1beta1.ReasonBackupUnsupported, "datastore in effect is external"},
+		{"another cluster's token Secret as its token", func(c *v1beta1.Cluster) {
+			withBackup("@daily", 2)(c)
+			c.Spec.Backup.ClaimName = "claim-5"
+			c.Spec.TokenSecretRef = &v1beta1.TokenSecretReference{Name: victimToken.Name}
+		}, nil, v1beta1.ReasonBackupUnsupported, "Secret k3k-victim-token is not labelled k3k.io/backup-for=cannot-5"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -440,5 +470,35 @@ func TestBackupExecBindingFollowsARenamedClusterRole(t *testing.T) {
 	reconcileOnce(t, r, c)
 	if n := writes.count() - before; n != 0 {
 		t.Fatalf("a reconcile after the replacement wrote %d times", n)
+	}
+}
+
+// TestAForgedBackupJobSetsNoStatus: a finished Job with the backup labels and
+// a well-formed result, but not made by the cluster's backup CronJob, is not
+// taken as a backup run: no status, condition or metric from it.
+func TestAForgedBackupJobSetsNoStatus(t *testing.T) {
+	r, _ := newReconciler(t)
+	r.Recorder = events.NewFakeRecorder(20)
+	ns := newNamespace(t)
+	createClaim(t, ns, backupClaim, map[string]string{v1beta1.LabelBackupFor: "forged"})
+	c := createCluster(t, newCluster(ns, "forged", withBackup("@hourly", 2)))
+	reconcileOnce(t, r, c)
+	taken := time.Date(2026, 12, 2, 3, 0, 5, 0, time.UTC)
+	fake := snapshotter.Result{File: snapshotter.FileName("forged", taken, 7), Revision: 7, Size: 1, SHA256: strings.Repeat("cd", 32), CreatedAt: taken}
+	finishJobOwnedBy(t, c, "k3k-forged-backup-1", true, resultMessage(t, fake), taken, false)
+	reconcileOnce(t, r, c)
+	cond := backupCondition(t, c) // reads c again
+	if c.Status.Backup != nil && c.Status.Backup.LastSuccessful != nil {
+		t.Fatalf("a Job the CronJob did not make set status.backup.lastSuccessful: %+v", c.Status.Backup.LastSuccessful)
+	}
+	if cond != nil && cond.Reason == v1beta1.ReasonBackupSucceeded {
+		t.Fatalf("a Job the CronJob did not make set LastBackupSucceeded: %+v", cond)
+	}
+	// The same Job made by the CronJob is taken: the test above can fail.
+	finishJobOwnedBy(t, c, "k3k-forged-backup-2", true, resultMessage(t, fake), taken, true)
+	reconcileOnce(t, r, c)
+	backupCondition(t, c)
+	if c.Status.Backup == nil || c.Status.Backup.LastSuccessful == nil || c.Status.Backup.LastSuccessful.Job != "k3k-forged-backup-2" {
+		t.Fatalf("the CronJob's Job was not taken: %+v", c.Status.Backup)
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,7 +74,16 @@ func (r *Reconciler) observeRestore(ctx context.Context, c *v1beta1.Cluster, o *
 			return fmt.Errorf("listing restore pods: %w", err)
 		}
 		st.pods = pods.Items
-	case err != nil && !apierrors.IsNotFound(err):
+	case err == nil:
+		// A Job of that name someone else made: adopting it (ensure would)
+		// would run their pod spec as the restore's identity and take its
+		// outcome as the restore's. The servers wait until it is gone.
+		st.problem = v1beta1.ReasonRestoreUnsupported
+		st.problemMessage = fmt.Sprintf("Job %s exists and was not made for this Cluster's restore; delete it so that the restore Job can be made", key.Name)
+		st.hold, st.checked = true, true
+		o.restore = st
+		return nil
+	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("getting restore Job: %w", err)
 	}
 	if st.job == nil {
@@ -148,19 +156,9 @@ func (r *Reconciler) reconcileRestore(ctx context.Context, c *v1beta1.Cluster, o
 	if st.problem != "" {
 		return ctrl.Result{RequeueAfter: tokenRetry}, nil
 	}
-	if err := ensure(ctx, r.Client, c, DesiredRestoreServiceAccount(c), func(_, _ *corev1.ServiceAccount) {}); err != nil {
+	if err := r.ensureJobRights(ctx, c, DesiredRestoreServiceAccount(c), DesiredRestoreRole(c),
+		DesiredRestoreRoleBinding(c), DesiredRestoreExecRoleBinding(c, r.Config.BackupExecClusterRole)); err != nil {
 		return ctrl.Result{}, err
-	}
-	if err := ensure(ctx, r.Client, c, DesiredRestoreRole(c), func(live, d *rbacv1.Role) { live.Rules = d.Rules }); err != nil {
-		return ctrl.Result{}, err
-	}
-	for _, rb := range []*rbacv1.RoleBinding{DesiredRestoreRoleBinding(c), DesiredRestoreExecRoleBinding(c, r.Config.BackupExecClusterRole)} {
-		if err := r.replaceIfRoleRefChanged(ctx, c, rb); err != nil {
-			return ctrl.Result{}, err
-		}
-		if err := ensure(ctx, r.Client, c, rb, func(live, d *rbacv1.RoleBinding) { live.Subjects = d.Subjects }); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 	job := DesiredRestoreJob(c, r.Config)
 	if err := ensure(ctx, r.Client, c, job, func(_, _ *batchv1.Job) {}); err != nil {

@@ -381,3 +381,41 @@ func TestAdmissionOfRestoreFrom(t *testing.T) {
 		}
 	})
 }
+
+// TestAForeignJobNamedLikeTheRestoreIsNotAdopted: a Job named like the
+// restore Job that someone else made first is neither adopted nor taken as
+// the restore: the condition says so, and the servers wait.
+func TestAForeignJobNamedLikeTheRestoreIsNotAdopted(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	createClaim(t, ns, restoreClaim, map[string]string{v1beta1.LabelRestoreFor: "squatted"})
+	foreign := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: layout.RestoreName("squatted")},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "mine", Image: "example.invalid/anything"}},
+		}}},
+	}
+	if err := k8s.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := newReconciler(t)
+	r.Config.BackupExecClusterRole = "k3k-backup-exec"
+	c := createCluster(t, newCluster(ns, "squatted", withRestore("x.k3ksnap")))
+	_, _ = r.Reconcile(ctx, reconcileRequest(c))
+	_, _ = r.Reconcile(ctx, reconcileRequest(c))
+	cond := condition(t, c, v1beta1.ConditionRestored)
+	if cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "was not made for this Cluster's restore") {
+		t.Fatalf("Restored: %+v, want the foreign Job named", cond)
+	}
+	live := &batchv1.Job{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: foreign.Name}, live); err != nil {
+		t.Fatal(err)
+	}
+	if metav1.IsControlledBy(live, c) || live.Spec.Template.Spec.ServiceAccountName != "" {
+		t.Fatalf("the foreign Job was adopted or changed: owners %v, serviceAccount %q", live.OwnerReferences, live.Spec.Template.Spec.ServiceAccountName)
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: layout.NamesFor(c).StatefulSet}, &appsv1.StatefulSet{}); err == nil {
+		t.Fatal("the servers started")
+	}
+}
