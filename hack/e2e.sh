@@ -20,6 +20,8 @@
 #        E2E_PARALLEL=4 how many scenarios run at once (each has its own virtual cluster)
 #        E2E_KEEP=1  leave the host cluster up after `test` (for debugging)
 #        E2E_DUMP_LINES=150 log lines per container in the dump a failed `test` prints
+#        E2E_FAIL_LINES=80 lines of each failed scenario printed after the dump (the whole go test
+#                    output is in _output/e2e/go-test.log)
 #        E2E_LOCK_WAIT=3600 seconds to wait for another run on the same host cluster
 #        K3K_TOOLS_DIR (default ~/.cache/k3k/tools), HOSTCLUSTER_DIR (default /tmp/k3k-hostcluster)
 set -euo pipefail
@@ -33,6 +35,7 @@ HC=$ROOT/hack/hostcluster/hostcluster.sh
 IMAGES=${IMAGES_DIR:-$ROOT/_output/images}
 BIN=$ROOT/_output/bin
 DEMO=$ROOT/_output/demo
+TEST_LOG=$ROOT/_output/e2e/go-test.log
 HELM=$K3K_TOOLS_DIR/helm
 KUBECTL=$K3K_TOOLS_DIR/kubectl
 RELEASE=k3k RELEASE_NS=k3k-system
@@ -166,6 +169,29 @@ dump() {
   section "end of dump"
 }
 
+# failures prints, for every scenario go test reported as failed, the last
+# E2E_FAIL_LINES (default 80) of its own output lines, then the FAIL lines: go
+# test -v marks whose lines follow with "=== RUN/CONT/NAME Test..." when
+# parallel scenarios interleave, so the lines can be told apart.
+failures() {
+  [ -s "${TEST_LOG:-}" ] || return 0
+  local failed
+  failed=$(sed -n 's/^ *--- FAIL: \([^ ]*\).*/\1/p' "$TEST_LOG" | sort -u)
+  printf '\n===== failed scenarios (whole output: %s) =====\n' "$TEST_LOG"
+  [ -n "$failed" ] || { echo "go test reported no failed scenario (a build error, a timeout or a panic: see the end of $TEST_LOG)"; tail -n 40 "$TEST_LOG"; return 0; }
+  local t
+  for t in $failed; do
+    printf '\n----- %s (last %s lines) -----\n' "$t" "${E2E_FAIL_LINES:-80}"
+    awk -v want="$t" '
+      /^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
+      /^ *--- (PASS|FAIL|SKIP): / { if ($3 == want || index($3, want "/") == 1) print; next }
+      cur == want || index(cur, want "/") == 1 { print }
+    ' "$TEST_LOG" | tail -n "${E2E_FAIL_LINES:-80}"
+  done
+  printf '\n'
+  grep -E '^ *--- FAIL|^FAIL' "$TEST_LOG"
+}
+
 # finish runs on every exit of `test`: on failure it dumps the cluster's state,
 # then it stops the host cluster (unless E2E_KEEP=1). `down` touches only what
 # `up` started (hack/hostcluster/hostcluster.sh).
@@ -182,6 +208,7 @@ finish() {
   if [ "$rc" != 0 ] && [ -n "${CLUSTER_STARTED:-}" ]; then
     say "failed (exit $rc): dumping the cluster's state"
     dump 2>&1
+    failures
   fi
   if [ -n "${CLUSTER_STARTED:-}" ] && [ "$CLUSTER" = hostcluster ]; then
     if [ "${E2E_KEEP:-}" = 1 ]; then
@@ -208,8 +235,11 @@ cmd_test() {
   say "go test -tags $tags ./e2e/ $*"
   # Scenarios run side by side (each on its own virtual cluster in its own
   # namespace; see e2e/doc.go): most of their time is spent waiting for pods.
-  E2E_K3KCLI=$BIN/k3kcli interruptible go test -tags "$tags" -count=1 -v -timeout 80m \
-    -parallel "${E2E_PARALLEL:-4}" ./e2e/ "$@"
+  # The output is kept in $TEST_LOG too: a failed run prints, after the dump,
+  # the tail of each failed scenario's own lines (CI shows only the last part).
+  mkdir -p "$(dirname "$TEST_LOG")"
+  E2E_K3KCLI=$BIN/k3kcli interruptible bash -o pipefail -c '"$@" 2>&1 | tee "$0"' "$TEST_LOG" \
+    go test -tags "$tags" -count=1 -v -timeout 80m -parallel "${E2E_PARALLEL:-4}" ./e2e/ "$@"
   say "suite passed"
 }
 
