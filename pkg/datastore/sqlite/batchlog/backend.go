@@ -36,6 +36,10 @@ type Config struct {
 	// Flush, when set, is called after each committed batch and returns a
 	// function that waits until the batch is on disk (the datastore's group
 	// fsync). Nil means a commit is durable by itself (synchronous=FULL).
+	// A failure must be sticky: every later wait fails too (the group
+	// fsync's is). publish skips a batch whose flush failed but makes a later
+	// durable batch visible up to its revision, which would show the failed
+	// batch's rows if a later flush could succeed.
 	Flush func() func(context.Context) error
 	// Gate, when set, is held around each write transaction.
 	Gate Gate
