@@ -20,6 +20,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
 	"github.com/k3k-io/k3k/pkg/snapshot"
+	"github.com/k3k-io/k3k/pkg/snapshot/kvrestore"
 )
 
 type restoreOptions struct {
@@ -30,7 +31,7 @@ type restoreOptions struct {
 	// whose database a replace compacts itself (see sqlite.CompactTo).
 	sqliteDataDir string
 	// aboveSnapshot moves the datastore's revision past the snapshot's
-	// before a replace (snapshot.AdvanceRevision): the migration from
+	// before a replace (kvrestore.AdvanceRevision): the migration from
 	// SQLite to etcd, whose new member's clients hold the SQLite revisions.
 	aboveSnapshot bool
 }
@@ -110,7 +111,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 	if err != nil {
 		return fmt.Errorf("receiving the snapshot: %w", err)
 	}
-	var keys snapshot.KeySource
+	var keys kvrestore.KeySource
 	switch m.Datastore {
 	case snapshot.SQLite:
 		keys = func(fn func(string, []byte, int64) error) error { return sqlite.ReadSnapshotKeys(ctx, path, fn) }
@@ -135,7 +136,7 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 	if o.replace {
 		return runReplace(ctx, o, cli, keys, m, stderr, start)
 	}
-	res, err := snapshot.Load(ctx, cli, keys)
+	res, err := kvrestore.Load(ctx, cli, keys)
 	if err != nil {
 		return fmt.Errorf("restoring after %d keys: %w", res.Restored, err)
 	}
@@ -144,9 +145,9 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 	return nil
 }
 
-// runReplace is `restore --replace`: snapshot.Replace, then the compaction at
+// runReplace is `restore --replace`: kvrestore.Replace, then the compaction at
 // the revision it ended at, checked by asking for the revision before it.
-func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, keys snapshot.KeySource, m snapshot.Manifest, stderr io.Writer, start time.Time) error {
+func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, keys kvrestore.KeySource, m snapshot.Manifest, stderr io.Writer, start time.Time) error {
 	compact := func(rev int64) error {
 		if o.sqliteDataDir != "" {
 			_, err := sqlite.CompactTo(ctx, filepath.Join(o.sqliteDataDir, sqlite.DatabaseFile), rev)
@@ -160,7 +161,7 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 	// The history before the restore first: no server runs, so nothing
 	// needs it, and the space it frees takes the restore's writes (an etcd
 	// member near its quota would otherwise raise NOSPACE midway).
-	head, err := cli.Get(ctx, snapshot.RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly())
+	head, err := cli.Get(ctx, kvrestore.RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fmt.Errorf("reading the datastore's revision: %w", err)
 	}
@@ -168,13 +169,13 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 		return fmt.Errorf("compacting the datastore before the restore (nothing replaced yet): %w", err)
 	}
 	if o.aboveSnapshot {
-		rev, err := snapshot.AdvanceRevision(ctx, cli, m.Revision)
+		rev, err := kvrestore.AdvanceRevision(ctx, cli, m.Revision)
 		if err != nil {
 			return fmt.Errorf("%w (nothing replaced yet)", err)
 		}
 		fmt.Fprintf(stderr, "revision moved from %d to %d, past the snapshot's %d\n", head.Header.Revision, rev, m.Revision)
 	}
-	res, err := snapshot.Replace(ctx, cli, keys)
+	res, err := kvrestore.Replace(ctx, cli, keys)
 	if err != nil {
 		return fmt.Errorf("replacing the datastore's data after %d keys written and %d deleted (run the restore again to finish it): %w", res.Restored, res.Deleted, err)
 	}
@@ -184,7 +185,7 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 	if res.Before < res.After {
 		// A datastore that ignored the compaction would serve the
 		// pre-restore history to a client at an old revision.
-		_, err := cli.Get(ctx, snapshot.RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(res.Before))
+		_, err := cli.Get(ctx, kvrestore.RestoredPrefixes[0], clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(res.Before))
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			return fmt.Errorf("data replaced, but revision %d is still served after compacting at %d (%v): is --sqlite-data-dir missing for a sqlite datastore?", res.Before, res.After, err)
 		}

@@ -61,7 +61,7 @@ import (
 //     resourceVersions the agent and users' watches hold from SQLite; a
 //     watch from one of those would later be served etcd's history under
 //     numbers the client already saw. So the member's revision is first
-//     moved past the snapshot's (snapshot.AdvanceRevision, one write per
+//     moved past the snapshot's (kvrestore.AdvanceRevision, one write per
 //     revision, thousands a second), every key is written above it and the
 //     revisions up to the end compacted: every client relists (410 Gone),
 //     as after an in-place restore.

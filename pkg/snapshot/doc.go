@@ -21,5 +21,7 @@
 // cannot know the size of etcd's snapshot before it has sent it, and a tar
 // header needs it first: the data goes in frames, and the manifest, with the
 // size and sha256 of what was sent, comes last. Nothing in this package
-// talks to a cluster or a datastore.
+// talks to a cluster or a datastore: writing a snapshot's keys into a running
+// datastore is pkg/snapshot/kvrestore's, so that k3kcli, which only reads
+// and writes the format, links no etcd client.
 package snapshot

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // SyncMode says how an acknowledged write is made durable. Both modes survive
@@ -41,9 +44,13 @@ const (
 	BackendV2 BackendKind = "v2"
 )
 
+// DefaultListenAddress is Config.ListenAddress when it is empty: loopback,
+// because only the server pod's own containers connect, on the port they
+// expect (layout.DatastoreClientPort).
+var DefaultListenAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(layout.DatastoreClientPort))
+
 // Defaults for the zero values of Config.
 const (
-	DefaultListenAddress         = "127.0.0.1:2379"
 	DefaultIntegrityCheckTimeout = time.Minute
 	DefaultCompactInterval       = 5 * time.Minute
 	// DefaultCacheBytes is SQLite's page cache per connection. It is kept

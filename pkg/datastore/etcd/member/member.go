@@ -26,6 +26,7 @@ import (
 
 	"github.com/k3k-io/k3k/pkg/datastore"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // Kind is the datastore kind this package serves.
@@ -36,10 +37,10 @@ const Kind = "etcd"
 const CorruptCheckInterval = 5 * time.Minute
 
 // Default listen addresses: all addresses, because the pod's IP is not known
-// in advance and must not matter.
-const (
-	DefaultListenPeerAddress   = "0.0.0.0:2380"
-	DefaultListenClientAddress = "0.0.0.0:2379"
+// in advance and must not matter, on the server pod's ports (pkg/layout).
+var (
+	DefaultListenPeerAddress   = net.JoinHostPort("0.0.0.0", strconv.Itoa(layout.DatastorePeerPort))
+	DefaultListenClientAddress = net.JoinHostPort("0.0.0.0", strconv.Itoa(layout.DatastoreClientPort))
 )
 
 var (

@@ -1,4 +1,4 @@
-package snapshot
+package kvrestore
 
 import (
 	"context"
@@ -30,8 +30,8 @@ type LoadResult struct {
 	Other int
 }
 
-// KeySource calls fn with every live key of a snapshot (ReadEtcdKeys, or the
-// SQLite datastore's ReadSnapshotKeys).
+// KeySource calls fn with every live key of a snapshot (snapshot.ReadEtcdKeys,
+// or the SQLite datastore's ReadSnapshotKeys).
 type KeySource func(fn func(key string, value []byte, lease int64) error) error
 
 // Load writes the live keys of a snapshot into a datastore that holds none of
