@@ -18,15 +18,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // TestRestoreInPlace is the in-place restore drill on a SQLite cluster:
-// objects written, a snapshot taken, objects added, changed and deleted and
-// a pod run by the agent, a watch opened; then `k3kcli cluster restore`
-// → exactly the snapshot's objects with their content and new resource
-// versions, the open watch ended, a watch or list from the old resource
-// version answered 410 Gone (the client must relist), the cluster writable,
-// and the agent's pod that the snapshot does not know removed from the host.
+// objects and a Deployment run by the agent written, a snapshot taken,
+// objects added, changed and deleted, a pod run by the agent added, the
+// Deployment deleted (its host pod gone), a watch opened; then `k3kcli
+// cluster restore` → exactly the snapshot's objects with their content and
+// new resource versions, the open watch ended, a watch or list from the old
+// resource version answered 410 Gone (the client must relist), the cluster
+// writable, the agent's pod that the snapshot does not know removed from the
+// host, and the Deployment the snapshot holds running again on a host pod.
 func TestRestoreInPlace(t *testing.T) {
 	t.Parallel()
 	restoreInPlace(t, "inplace", "--datastore", "sqlite", "--persistence-type", "dynamic")
@@ -45,7 +48,23 @@ func restoreInPlace(t *testing.T, name string, flags ...string) {
 	const ns = "drill"
 	w := workload{namespace: ns}
 	w.create(t, v.client)
+	// A Deployment the agent runs, in the snapshot and deleted after it.
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	writeKept(t, v.client, ns, "object", 50)
+	var snapHost *corev1.Pod
+	eventually(t, 3*time.Minute, "the agent's host pod of Deployment client, running", func(ctx context.Context) (bool, error) {
+		snapHost = runningHostPod(ctx, v, ns, "client-")
+		return snapHost != nil, nil
+	})
+	snapPod := snapHost.Annotations["k3k.io/virtual-name"]
 	before := contents(keptObjects(t, v.client))
 	file := filepath.Join(cfg.workDir, name+".snapshot")
 	_ = os.Remove(file)
@@ -86,9 +105,22 @@ func restoreInPlace(t *testing.T, name string, flags ...string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := retry(func(ctx context.Context) error {
+		err := v.client.AppsV1().Deployments(ns).Delete(ctx, "client", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 3*time.Minute, "the agent's host copy of pod later", func(ctx context.Context) (bool, error) {
 		_, ok := findHostCopy(ctx, v, "pods", ns, "later")
 		return ok, nil
+	})
+	eventually(t, 3*time.Minute, "the host pods of the deleted Deployment client to be gone", func(ctx context.Context) (bool, error) {
+		left, err := hostPodsOf(ctx, v, ns, "client-")
+		return err == nil && len(left) == 0, err
 	})
 
 	// A watch open across the restore, from the newest resource version.
@@ -110,6 +142,7 @@ func restoreInPlace(t *testing.T, name string, flags ...string) {
 	start := time.Now()
 	k3kcli(t, "cluster", "restore", v.name, "-n", v.namespace, "--from", file, "--yes", "--timeout", "5m30s")
 	t.Logf("restored in place after %s", time.Since(start).Round(time.Millisecond))
+	restored := time.Now()
 
 	// The open watch ended: its server stopped. Whatever it delivered
 	// before, it never delivers an object of the restored state as if time
@@ -192,6 +225,54 @@ func restoreInPlace(t *testing.T, name string, flags ...string) {
 		return !ok, nil
 	})
 
+	// The Deployment deleted after the snapshot is back and runs again: a
+	// virtual pod of it Running on a new host pod, also Running. (Its pod
+	// in the snapshot says Running, but its host pod is gone: the agent
+	// either runs it again or fails it as HostPodLost and the ReplicaSet
+	// makes another.)
+	var vpod *corev1.Pod
+	var hpod *corev1.Pod
+	eventually(t, 3*time.Minute, "a pod of Deployment client, in the snapshot and deleted after it, to run again on a host pod", func(ctx context.Context) (bool, error) {
+		pods, err := v.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=client"})
+		if err != nil {
+			return false, err
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+				continue
+			}
+			h, ok := findHostCopy(ctx, v, "pods", ns, p.Name)
+			if !ok {
+				continue
+			}
+			hp := h.(*corev1.Pod)
+			if hp.Annotations["k3k.io/virtual-uid"] == string(p.UID) && hp.Status.Phase == corev1.PodRunning && hp.DeletionTimestamp == nil {
+				vpod, hpod = p, hp
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if hpod.UID == snapHost.UID {
+		t.Fatalf("host pod %s is the one deleted before the restore", hpod.Name)
+	}
+	snapState := "gone"
+	if err := retry(func(ctx context.Context) error {
+		p, err := v.client.CoreV1().Pods(ns).Get(ctx, snapPod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			snapState = fmt.Sprintf("%s %s", p.Status.Phase, p.Status.Reason)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Deployment client, deleted after the snapshot, runs again %s after the restore: virtual pod %s Running on host pod %s; the snapshot's pod %s: %s",
+		time.Since(restored).Round(time.Second), vpod.Name, hpod.Name, snapPod, snapState)
+
 	writes := workload{namespace: "written-after-restore"}
 	writes.create(t, v.client)
 	writes.check(t, v.client)
@@ -212,6 +293,22 @@ func laterPod() *corev1.Pod {
 			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 		}}, Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}},
 	}
+}
+
+// hostPodsOf is every host pod (terminating ones too) the agent made for a
+// virtual pod in ns whose name starts with prefix.
+func hostPodsOf(ctx context.Context, v *vcluster, ns, prefix string) ([]corev1.Pod, error) {
+	list, err := host.CoreV1().Pods(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=k3k-kubelet,k3k.io/cluster=" + v.name + ",k3k.io/virtual-namespace=" + ns})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if strings.HasPrefix(p.Annotations["k3k.io/virtual-name"], prefix) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // watchClient is a client of v without virtualClient's request timeout,

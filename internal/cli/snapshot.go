@@ -168,9 +168,6 @@ func datastoreInEffect(c *v1beta1.Cluster) v1beta1.DatastoreType {
 // snapshotSource picks the server pod to take the snapshot in (snapshotter.PickPod).
 func snapshotSource(pods []corev1.Pod) *corev1.Pod { return snapshotter.PickPod(pods) }
 
-// k3sVersionOf is the tag of the image the pod's k3s container runs.
-func k3sVersionOf(p *corev1.Pod) string { return snapshotter.K3sVersion(p) }
-
 // clusterToken reads the cluster token, which a restore needs: k3s encrypts
 // its bootstrap data with it.
 func clusterToken(ctx context.Context, s *session, c *v1beta1.Cluster) ([]byte, error) {

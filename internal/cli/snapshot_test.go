@@ -73,17 +73,6 @@ func TestSidecarSnapshotCommand(t *testing.T) {
 	}
 }
 
-func TestK3sVersionOf(t *testing.T) {
-	p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "k3s", Image: "registry:5000/rancher/k3s:v1.34.3-k3s1"}}}}
-	if got := k3sVersionOf(p); got != "v1.34.3-k3s1" {
-		t.Fatalf("version %q", got)
-	}
-	p.Spec.Containers[0].Image = "registry:5000/rancher/k3s"
-	if got := k3sVersionOf(p); got != "" {
-		t.Fatalf("version of an untagged image %q", got)
-	}
-}
-
 // TestWriteSnapshotFile: the file appears complete or not at all, mode 0600,
 // and never replaces a file that is there.
 func TestWriteSnapshotFile(t *testing.T) {

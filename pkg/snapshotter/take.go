@@ -75,14 +75,33 @@ func ordinal(pod string) int {
 	return n
 }
 
-// K3sVersion is the tag of the image the pod's k3s container runs.
-func K3sVersion(p *corev1.Pod) string {
+// K3sVersion is the tag of the image the pod's k3s container runs. A digest
+// (repo:tag@sha256:…, as an admission policy that pins images writes it) is
+// not a version and is dropped; an image without a tag (repo@sha256:…) gives
+// the Cluster's spec.version, or "" when that is empty too (the controller's
+// default version is not written anywhere the snapshot's taker can read).
+func K3sVersion(p *corev1.Pod, c *v1beta1.Cluster) string {
 	for _, ctr := range p.Spec.Containers {
 		if ctr.Name == "k3s" {
-			if i := strings.LastIndex(ctr.Image, ":"); i >= 0 && !strings.Contains(ctr.Image[i:], "/") {
-				return ctr.Image[i+1:]
+			if tag := imageTag(ctr.Image); tag != "" {
+				return tag
 			}
 		}
+	}
+	if c != nil {
+		return c.Spec.Version
+	}
+	return ""
+}
+
+// imageTag is the tag of an image reference, "" when it has none.
+func imageTag(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	// The tag follows the last colon after the last slash; a colon before
+	// it is a registry's port.
+	name := image[strings.LastIndex(image, "/")+1:]
+	if i := strings.LastIndex(name, ":"); i >= 0 {
+		return name[i+1:]
 	}
 	return ""
 }
@@ -167,7 +186,7 @@ func Receive(ctx context.Context, src Source, data *os.File) (snapshot.Manifest,
 	}
 	m.Cluster = snapshot.ClusterRef{Namespace: src.Cluster.Namespace, Name: src.Cluster.Name}
 	m.Source = src.Pod.Name
-	m.K3sVersion = K3sVersion(src.Pod)
+	m.K3sVersion = K3sVersion(src.Pod, src.Cluster)
 	return m, nil
 }
 
