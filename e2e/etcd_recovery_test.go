@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +15,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 )
 
 // The scenarios of issue 16 (etcd HA: no needless removals, no stuck pods
@@ -45,12 +48,60 @@ func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
 			t.Fatalf("%s changed from %s to %s", other, before[other], replaced[other])
 		}
 	}
+	// Defect 1's precondition: the replaced member's sidecar ended once
+	// reporting the lost data, and that report stays in its last state
+	// while the new member runs.
+	p := getPod(t, v, pod)
+	cs := containerStatus(p, "datastore")
+	if cs == nil || cs.State.Running == nil || cs.LastTerminationState.Terminated == nil ||
+		!strings.Contains(cs.LastTerminationState.Terminated.Message, etcd.DataLostMessage) {
+		t.Fatalf("%s's datastore container after the replacement: %+v; want it running with the data-lost report (%q) in its last termination state, or the pause below does not test defect 1", pod, cs, etcd.DataLostMessage)
+	}
+	t.Logf("scenario a: %s's datastore last terminated with %q (restarts %d)", pod, strings.TrimSpace(cs.LastTerminationState.Terminated.Message), cs.RestartCount)
 	stable(t, crc, v, replaced, time.Minute)
 
-	p := getPod(t, v, pod)
+	// The pause must be seen: a reconcile runs only every 60 s while in sync,
+	// so one is asked for (an annotation change; the Cluster watch has no
+	// predicate) until the status shows the member unhealthy.
 	signalContainer(t, p, "datastore", "SIGSTOP")
-	time.Sleep(10 * time.Second)
+	stopped := time.Now()
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			if err := signalContainerErr(p, "datastore", "SIGCONT"); err != nil {
+				t.Errorf("resuming %s's datastore: %v", pod, err)
+			}
+		}
+	})
+	var poked time.Time
+	eventually(t, time.Minute, pod+" unhealthy in the status while stopped", func(ctx context.Context) (bool, error) {
+		c := &v1beta1.Cluster{}
+		if err := crc.Get(ctx, client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
+			return false, err
+		}
+		if c.Status.Datastore != nil {
+			for _, m := range c.Status.Datastore.Members {
+				if m.Name == pod && !m.Healthy {
+					return true, nil
+				}
+			}
+		}
+		if time.Since(poked) < 5*time.Second {
+			return false, nil
+		}
+		poked = time.Now()
+		patch := client.MergeFrom(c.DeepCopy())
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations["e2e.k3k.io/poke"] = poked.Format(time.RFC3339Nano)
+		return false, crc.Patch(ctx, c, patch)
+	})
+	seen := time.Since(stopped)
+	time.Sleep(10*time.Second - seen)
 	signalContainer(t, p, "datastore", "SIGCONT")
+	resumed = true
+	t.Logf("scenario a: %s stopped for %s, seen unhealthy by the controller after %s", pod, time.Since(stopped).Round(time.Second), seen.Round(time.Second))
 	start = time.Now()
 	after := waitMembers(t, crc, v, 3, 5*time.Minute)
 	t.Logf("scenario a: %s paused 10 s: healthy again after %s; members %v → %v", pod, time.Since(start).Round(time.Second), replaced, after)
@@ -71,6 +122,9 @@ func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
 func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
 	v, crc, before, w := etcdClusterWithWorkload(t, "ctrl")
 
+	// Whatever fails below, the controller runs again before the other
+	// scenarios resume: they all need it.
+	t.Cleanup(func() { restoreController(t) })
 	scaleController(t, 0)
 	var olds []*corev1.Pod
 	for _, name := range []string{"k3k-ctrl-server-1", "k3k-ctrl-server-2"} {
@@ -149,24 +203,35 @@ func volumeDir(t *testing.T, v *vcluster, p *corev1.Pod) string {
 // (through containerd).
 func signalContainer(t *testing.T, p *corev1.Pod, name, signal string) {
 	t.Helper()
+	if err := signalContainerErr(p, name, signal); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func signalContainerErr(p *corev1.Pod, name, signal string) error {
 	cs := containerStatus(p, name)
 	if cs == nil || cs.ContainerID == "" {
-		t.Fatalf("pod %s has no running container %s", p.Name, name)
+		return fmt.Errorf("pod %s has no running container %s", p.Name, name)
 	}
 	_, id, _ := strings.Cut(cs.ContainerID, "://")
 	args := append(append([]string{}, cfg.ctr[1:]...), "--namespace", "k8s.io", "task", "kill", "--signal", signal, id)
 	if out, err := exec.Command(cfg.ctr[0], args...).CombinedOutput(); err != nil {
-		t.Fatalf("sending %s to container %s (%s): %v\n%s", signal, name, id, err, out)
+		return fmt.Errorf("sending %s to container %s (%s): %v\n%s", signal, name, id, err, out)
 	}
+	return nil
 }
 
-// stable fails when the member IDs change from want within d.
+// stable fails when the members change from want (name → ID) within d: an ID
+// changes, or a member is added or missing.
 func stable(t *testing.T, crc client.Client, v *vcluster, want map[string]string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		c := &v1beta1.Cluster{}
 		if err := crc.Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err == nil && c.Status.Datastore != nil {
+			if got := c.Status.Datastore.Members; len(got) != len(want) {
+				t.Fatalf("members %+v, want %d (%v): a member was removed or added", got, len(want), want)
+			}
 			for _, m := range c.Status.Datastore.Members {
 				if id, ok := want[m.Name]; !ok || id != m.ID {
 					t.Fatalf("member %s is %s, want %v: a member was replaced again", m.Name, m.ID, want)
@@ -188,6 +253,52 @@ func setServers(t *testing.T, crc client.Client, v *vcluster, n int32) {
 	if err := crc.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// restoreController scales the k3k controller back to one replica when a
+// scenario left it at none, and waits for it. It only reports failures, so
+// that it can run as a cleanup.
+func restoreController(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	deps, err := host.AppsV1().Deployments("k3k-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("restoring the controller: %v", err)
+		return
+	}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		if !slices.ContainsFunc(d.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "controller" }) {
+			continue
+		}
+		scale, err := host.AppsV1().Deployments(d.Namespace).GetScale(ctx, d.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("restoring the controller: %v", err)
+			return
+		}
+		if scale.Spec.Replicas >= 1 {
+			return
+		}
+		t.Logf("the controller was left at %d replicas: scaling it back to 1", scale.Spec.Replicas)
+		scale.Spec.Replicas = 1
+		if _, err := host.AppsV1().Deployments(d.Namespace).UpdateScale(ctx, d.Name, scale, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("restoring the controller: %v", err)
+			return
+		}
+		selector := metav1.FormatLabelSelector(d.Spec.Selector)
+		err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := host.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err != nil {
+				return false, nil
+			}
+			return slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp == nil && podReady(&p) }), nil
+		})
+		if err != nil {
+			t.Errorf("restoring the controller: no ready controller pod: %v", err)
+		}
+		return
+	}
+	t.Error("restoring the controller: no k3k controller Deployment in k3k-system")
 }
 
 // scaleController sets the k3k controller Deployment's replicas and waits

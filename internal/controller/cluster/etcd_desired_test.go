@@ -148,6 +148,8 @@ func TestEtcdStatus(t *testing.T) {
 		return etcd.MemberStatus{Endpoint: "ep", Reachable: true, MemberID: id, Leader: leader}
 	}
 	members := []etcd.Member{{ID: 1, Name: "k3k-demo-server-0"}, {ID: 2, Name: "k3k-demo-server-1"}, {ID: 3, Name: "k3k-demo-server-2"}}
+	// Two of three down: the one that answers cannot confirm its member list.
+	lost := etcd.Observed{Members: members, Statuses: []etcd.MemberStatus{reachable(1, 0)}, MembersUnconfirmed: true, AlarmsUnknown: "no quorum"}
 	cases := []struct {
 		name       string
 		etcd       etcdState
@@ -173,14 +175,37 @@ func TestEtcdStatus(t *testing.T) {
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 2, Needed: 2},
 		},
 		{
-			name: "two down lose quorum; a held pod is named",
+			// What the reconcile really has then: Plan refuses every step
+			// (QuorumLost) and CanReleasePod holds no pod.
+			name: "two down lose quorum: every condition says so",
 			etcd: etcdState{
-				observed: &etcd.Observed{Members: members, Statuses: []etcd.MemberStatus{reachable(1, 0)}, MembersUnconfirmed: true},
-				action:   etcd.Action{Type: etcd.ActionNone, Reason: etcd.ReasonInSync},
-				held:     []string{"k3k-demo-server-2: QuorumAtRisk"},
+				observed: &lost,
+				action:   etcd.Plan(lost, EtcdDesired(sampleCluster(), 3, nil)),
 			},
-			want:       map[string]string{v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumLost, v1beta1.ConditionEtcdMembership: v1beta1.ReasonPodsWaitToLeave, v1beta1.ConditionReady: v1beta1.ReasonQuorumLost},
+			want: map[string]string{
+				v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumLost, v1beta1.ConditionEtcdMembership: v1beta1.ReasonQuorumLost,
+				etcd.ConditionHealthy: v1beta1.ReasonQuorumLost, etcd.ConditionAlarm: v1beta1.ReasonQuorumLost, v1beta1.ConditionReady: v1beta1.ReasonQuorumLost,
+			},
 			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 0, Needed: 2},
+		},
+		{
+			// A step between Observe and Plan failed (a pod's finalizer patch,
+			// the roster write): no action was planned. Membership must still
+			// say QuorumLost, not an empty reason the API refuses.
+			name: "quorum lost and the reconcile failed before Plan",
+			etcd: etcdState{observed: &lost},
+			want: map[string]string{
+				v1beta1.ConditionDatastoreReady: v1beta1.ReasonQuorumLost, v1beta1.ConditionEtcdMembership: v1beta1.ReasonQuorumLost,
+				etcd.ConditionHealthy: v1beta1.ReasonQuorumLost,
+			},
+			wantQuorum: &v1beta1.EtcdQuorumStatus{Voters: 3, HealthyVoters: 0, Needed: 2},
+		},
+		{
+			name: "the reconcile failed before Plan with quorum: the step is not done",
+			etcd: etcdState{
+				observed: &etcd.Observed{Members: members, Leader: 1, Statuses: []etcd.MemberStatus{reachable(1, 1), reachable(2, 1), reachable(3, 1)}},
+			},
+			want: map[string]string{v1beta1.ConditionEtcdMembership: v1beta1.ReasonStepNotDone, etcd.ConditionHealthy: etcd.ReasonHealthy},
 		},
 		{
 			name: "two the controller cannot reach, but the one it reaches confirms a quorum: the datastore serves",
@@ -209,6 +234,11 @@ func TestEtcdStatus(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := computeStatus(sampleCluster(), observation{settings: s, token: ready, etcd: tc.etcd})
+			for _, cond := range st.Conditions {
+				if cond.Reason == "" {
+					t.Errorf("%s has no reason: the API refuses such a status", cond.Type)
+				}
+			}
 			for typ, reason := range tc.want {
 				var got *metav1.Condition
 				for i := range st.Conditions {

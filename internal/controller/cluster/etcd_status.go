@@ -92,6 +92,17 @@ func etcdConditions(o observation, generation int64) []metav1.Condition {
 	}
 	m := metav1.Condition{Type: v1beta1.ConditionEtcdMembership, Status: metav1.ConditionTrue, Reason: o.etcd.action.Reason, Message: o.etcd.action.Message, ObservedGeneration: generation}
 	var notes []string
+	switch {
+	case o.etcd.observed.QuorumLost():
+		// One reason for one state, whatever the reconcile got to: Plan says
+		// QuorumLost too, but a step that failed before it left no action.
+		m.Reason, m.Message = v1beta1.ReasonQuorumLost, etcd.QuorumLostMessage(*o.etcd.observed)
+	case m.Reason == "":
+		// A step between observing the members and planning failed (the
+		// error is on Ready): an empty reason would get the whole status
+		// refused by the API.
+		m.Reason, m.Message = v1beta1.ReasonStepNotDone, "no membership step was planned: the reconcile failed before it (see Ready)"
+	}
 	if o.etcd.actionErr != nil {
 		m.Reason = v1beta1.ReasonStepNotDone
 		notes = append(notes, o.etcd.actionErr.Error())

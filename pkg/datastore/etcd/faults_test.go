@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/storage/backend"
+	"go.etcd.io/etcd/server/v3/storage/schema"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
@@ -371,6 +373,99 @@ func TestAMemberWithCorruptDataRefusesToStartAndIsReplaced(t *testing.T) {
 	c.converge(d)
 	c.waitHealthy(d)
 	c.checkData("m2")
+}
+
+// Defect 8: etcd's own periodic hash check raises CORRUPT, with the settings
+// the sidecar runs (member.EnableCorruptionChecks; only the interval is
+// shortened). A follower's key-value data is altered under the running
+// member, as a bad disk or a bug would, without raft: the leader's next check
+// finds the follower's hash differing at the same compact revision and raises
+// CORRUPT for that member; Plan then changes nothing and writes fail.
+func TestEtcdsPeriodicHashCheckRaisesCorruptForADivergedMember(t *testing.T) {
+	c := newCluster(t)
+	c.corruptCheck = time.Second
+	c.bootstrap("m0")
+	d := c.desired("m0", "m1", "m2")
+	c.converge(d)
+	for range 3 {
+		c.write()
+	}
+	o := c.waitHealthy(d)
+	if len(o.Alarms) != 0 {
+		t.Fatalf("alarms before anything diverged: %+v", o.Alarms)
+	}
+	var follower string
+	var followerID uint64
+	for _, m := range o.Members {
+		if m.ID != o.Leader {
+			follower, followerID = m.Name, m.ID
+			break
+		}
+	}
+	// Let the check run a few times on equal data first: it must not raise
+	// anything then.
+	time.Sleep(3 * time.Second)
+	if o := etcd.Observe(c.ctx, c.client, c.endpoints(d)); len(o.Alarms) != 0 || o.AlarmsUnknown != "" {
+		t.Fatalf("alarms with every member's data equal: %+v %q", o.Alarms, o.AlarmsUnknown)
+	}
+
+	alterLastValue(t, c.running[follower].Embedded().Server.Backend())
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		o = etcd.Observe(c.ctx, c.client, c.endpoints(d))
+		if len(o.Alarms) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no alarm 30 s after %s's data diverged, with a 1 s check interval", follower)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if want := (etcd.Alarm{MemberID: followerID, Type: etcd.AlarmCorrupt}); len(o.Alarms) != 1 || o.Alarms[0] != want {
+		t.Fatalf("alarms %+v, want %+v (%s, the member whose data diverged)", o.Alarms, want, follower)
+	}
+	if a := etcd.Plan(o, d); a.Type != etcd.ActionNone || a.Reason != etcd.ReasonAlarmCorrupt {
+		t.Fatalf("with CORRUPT raised by etcd: %+v, want nothing done (AlarmCorrupt)", a)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.voterClient().Put(ctx, "/k3k/test/while-corrupt", "x"); !errors.Is(err, rpctypes.ErrCorrupt) {
+		t.Fatalf("a write with CORRUPT raised: %v, want %v", err, rpctypes.ErrCorrupt)
+	}
+}
+
+// alterLastValue changes the value of the newest key revision in a running
+// member's backend, behind raft's back.
+func alterLastValue(t *testing.T, be backend.Backend) {
+	t.Helper()
+	tx := be.BatchTx()
+	tx.LockOutsideApply()
+	var key, val []byte
+	err := tx.UnsafeForEach(schema.Key, func(k, v []byte) error {
+		key, val = append(key[:0], k...), append(val[:0], v...)
+		return nil
+	})
+	if err == nil && key == nil {
+		err = errors.New("no key revision")
+	}
+	var kv mvccpb.KeyValue
+	if err == nil {
+		err = proto.Unmarshal(val, &kv)
+	}
+	if err != nil {
+		tx.Unlock()
+		t.Fatal(err)
+	}
+	kv.Value = append(kv.Value, []byte("-corrupt")...)
+	out, err := proto.Marshal(&kv)
+	if err != nil {
+		tx.Unlock()
+		t.Fatal(err)
+	}
+	tx.UnsafePut(schema.Key, key, out)
+	tx.Unlock()
+	be.ForceCommit()
 }
 
 // corruptLastValue changes the value of the newest key revision in an etcd

@@ -153,6 +153,8 @@ type cluster struct {
 	keys    []string
 	// recover is the recovery request the next start of a member performs.
 	recover map[string]string
+	// corruptCheck is the members' hash check interval (0: the default).
+	corruptCheck time.Duration
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -253,8 +255,9 @@ func (c *cluster) start(name string) error {
 		QuotaBackendBytes: c.quota,
 		SnapshotCount:     100,
 		TickMs:            50, ElectionMs: 500,
-		Logger:        zap.NewNop(),
-		UnsafeNoFsync: true,
+		Logger:               zap.NewNop(),
+		UnsafeNoFsync:        true,
+		CorruptCheckInterval: c.corruptCheck,
 	})
 	if err != nil {
 		return err

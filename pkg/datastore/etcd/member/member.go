@@ -119,6 +119,9 @@ type Config struct {
 	Logger *zap.Logger
 	// UnsafeNoFsync trades durability for speed; tests only.
 	UnsafeNoFsync bool
+	// CorruptCheckInterval is how often the leader compares the members'
+	// hashes; 0 keeps CorruptCheckInterval. Tests shorten it.
+	CorruptCheckInterval time.Duration
 	// Recover, when set, is an operator's request (etcd.Recovery.Request) to
 	// rebuild a cluster that lost quorum from this member's data alone
 	// (etcd's --force-new-cluster): every other member is dropped from the
@@ -455,7 +458,11 @@ func embedConfig(cfg Config, b Bootstrap) (*embed.Config, error) {
 	if cfg.ElectionMs > 0 {
 		ec.ElectionMs = cfg.ElectionMs
 	}
-	if err := EnableCorruptionChecks(ec, CorruptCheckInterval); err != nil {
+	interval := CorruptCheckInterval
+	if cfg.CorruptCheckInterval > 0 {
+		interval = cfg.CorruptCheckInterval
+	}
+	if err := EnableCorruptionChecks(ec, interval); err != nil {
 		return nil, err
 	}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
