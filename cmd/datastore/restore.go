@@ -148,12 +148,17 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 // runReplace is `restore --replace`: kvrestore.Replace, then the compaction at
 // the revision it ended at, checked by asking for the revision before it.
 func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, keys kvrestore.KeySource, m snapshot.Manifest, stderr io.Writer, start time.Time) error {
+	// The datastore is asked first: etcd and the SQLite datastore's v2
+	// backend compact on request. kine's own backend answers the request
+	// without compacting while its periodic compaction runs, so a sqlite
+	// datastore's file is then compacted directly (a no-op where the request
+	// already did it).
 	compact := func(rev int64) error {
-		if o.sqliteDataDir != "" {
-			_, err := sqlite.CompactTo(ctx, filepath.Join(o.sqliteDataDir, sqlite.DatabaseFile), rev)
+		if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 			return err
 		}
-		if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		if o.sqliteDataDir != "" {
+			_, err := sqlite.CompactTo(ctx, filepath.Join(o.sqliteDataDir, sqlite.DatabaseFile), rev)
 			return err
 		}
 		return nil

@@ -62,7 +62,7 @@ the kernel (logged at start), so several instances never collide.`,
 	f.StringVar(&o.healthAddress, "health-address", "", "host:port for /healthz, /readyz and /status (default: listen host, free port)")
 	f.StringVar(&o.metricsAddress, "metrics-address", "", "host:port for /metrics (default: listen host, free port)")
 	f.StringVar(&o.sync, "sync", string(sqlite.SyncGroup), `how writes are made durable before they are acknowledged: "group" (shared fsyncs) or "commit" (SQLite fsyncs every commit)`)
-	f.StringVar(&o.backend, "backend", string(sqlite.BackendKine), `what serves the requests on the SQLite file: "kine" (stock kine's backend) or "v2" (batched writes, watch from the write path; experimental); both keep the file a standard kine database`)
+	f.StringVar(&o.backend, "backend", string(sqlite.BackendV2), `what serves the requests on the SQLite file: "v2" (batched writes, watch from the write path) or "kine" (stock kine's backend, the default before v2); both keep the file a standard kine database, so either can be started on the other's file`)
 	f.StringVar(&o.podDir, "pod-dir", "", "a directory that lives as long as the pod (an emptyDir); on the first start in a pod, k3s bootstrap locks left empty by a server that died are removed (single-server pods only); empty: never")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd

@@ -61,8 +61,11 @@ func CompactTo(ctx context.Context, dbPath string, rev int64) (CompactResult, er
 		return CompactResult{}, fmt.Errorf("database %s has %d compact_rev_key rows, kine keeps one", dbPath, n)
 	}
 	var current, compact int64
+	// The current revision counts kine's AUTOINCREMENT counter too: after a
+	// compaction at the newest revision (by the datastore itself, on request)
+	// the newest rows may be gone while their revisions were given out.
 	if err := tx.QueryRowContext(ctx, `SELECT
-		(SELECT COALESCE(MAX(id), 0) FROM kine),
+		MAX(COALESCE((SELECT MAX(id) FROM kine), 0), COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'kine'), 0)),
 		(SELECT COALESCE(MAX(prev_revision), 0) FROM kine WHERE name = 'compact_rev_key')`).Scan(&current, &compact); err != nil {
 		return CompactResult{}, fmt.Errorf("reading the revisions of %s: %w", dbPath, err)
 	}

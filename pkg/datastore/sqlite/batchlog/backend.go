@@ -19,6 +19,11 @@ import (
 // prev_revision); the name is kine's.
 const compactRevKey = "compact_rev_key"
 
+// currentRevisionSQL reads the highest revision ever given: the larger of
+// the newest row and kine's AUTOINCREMENT counter (sqlite_sequence; absent
+// before the first insert).
+const currentRevisionSQL = `SELECT MAX(COALESCE((SELECT MAX(id) FROM kine), 0), COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'kine'), 0))`
+
 // Gate is the datastore's write gate: the writer holds it for each
 // transaction, so that the background checkpoint's short exclusive step and
 // the stall watch work for this backend as they do for kine's.
@@ -99,8 +104,13 @@ func New(cfg Config) *Backend {
 // expiry and compaction, the way kine's logstructured.Start does.
 func (b *Backend) Start(ctx context.Context) error {
 	b.ctx = ctx
+	// The current revision is the highest id ever handed out (the
+	// AUTOINCREMENT counter kine's table keeps), not the highest id left: a
+	// compaction at the newest revision deletes the rows of deletes there,
+	// and counting only the rows left would move the revision backwards
+	// after a restart, under a compact revision above it.
 	var cur sql.NullInt64
-	if err := b.db.QueryRowContext(ctx, `SELECT MAX(id) FROM kine`).Scan(&cur); err != nil {
+	if err := b.db.QueryRowContext(ctx, currentRevisionSQL).Scan(&cur); err != nil {
 		return fmt.Errorf("reading the current revision: %w", err)
 	}
 	b.visible.Store(cur.Int64)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/k3s-io/kine/pkg/server"
@@ -22,7 +23,7 @@ func (b *Backend) compactor(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		b.compactTo(ctx, target)
+		b.compactTo(ctx, target, b.cfg.CompactMinRetain)
 		target = b.visible.Load()
 	}
 }
@@ -30,26 +31,33 @@ func (b *Backend) compactor(ctx context.Context) {
 // compactTo compacts in steps of CompactBatchSize revisions, each one
 // transaction of kine's UpdateCompactSQL and CompactSQL on the writer's
 // queue, so a step holds the writers for one short transaction and never
-// waits for the SQLite lock. Like kine, it never compacts the newest
-// CompactMinRetain revisions, and ends with kine's post-compact checkpoint.
-func (b *Backend) compactTo(ctx context.Context, target int64) {
+// waits for the SQLite lock. It never compacts the newest retain revisions
+// (kine's CompactMinRetain for the periodic compaction, none for an explicit
+// request), and ends with kine's post-compact checkpoint.
+//
+// A compact revision that another program moved on the file (CompactTo of a
+// restore run by an older binary, stock kine on the same file) is adopted:
+// the step that finds it reads it, readers refuse below it from then on, and
+// compaction goes on from there instead of failing at every interval.
+func (b *Backend) compactTo(ctx context.Context, target, retain int64) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	from := b.compact.Load()
 	steps := 0
 	for from < target {
 		to := min(from+b.cfg.CompactBatchSize, target)
-		safe := max(min(to, b.visible.Load()-b.cfg.CompactMinRetain), 0)
+		safe := max(min(to, b.visible.Load()-retain), 0)
 		if safe <= from {
 			break
 		}
-		var deleted int64
+		var deleted, moved int64
 		err := b.exclusive(ctx, func(tx *sql.Tx) error {
 			var dbCompact sql.NullInt64
 			if err := tx.QueryRowContext(ctx, b.cfg.Dialect.CompactRevSQL.Query).Scan(&dbCompact); err != nil {
 				return err
 			}
 			if dbCompact.Int64 != from {
+				moved = dbCompact.Int64
 				return errCompactMoved
 			}
 			_, err := tx.ExecContext(ctx, b.cfg.Dialect.UpdateCompactSQL.Query, safe)
@@ -68,6 +76,12 @@ func (b *Backend) compactTo(ctx context.Context, target int64) {
 			b.compact.Store(safe)
 			return nil
 		})
+		if errors.Is(err, errCompactMoved) && moved > from {
+			b.cfg.Log.Info("the compact revision was moved on the file by another program; adopted", "from", from, "to", moved)
+			b.compact.Store(moved)
+			from = moved
+			continue
+		}
 		if err != nil {
 			b.compact.Store(from)
 			if ctx.Err() == nil {
@@ -88,8 +102,14 @@ func (b *Backend) compactTo(ctx context.Context, target int64) {
 
 var errCompactMoved = errors.New("the compact revision changed under the compactor")
 
-// Compact is kine's: a no-op answered with the current revision while
-// automatic compaction runs, else a compaction up to revision.
+// Compact is etcd's, not kine's: an explicit request (the etcd Compact
+// RPC; kube-apiserver's compaction is a transaction on compact_rev_key,
+// which kine's server answers without calling this) compacts exactly up to
+// revision, so every revision below it is refused from then on. kine
+// answers it with a no-op while its periodic compaction runs, which is why
+// an in-place restore compacted kine's file behind its back
+// (sqlite.CompactTo); with v2 it asks, and the compaction is seen by
+// readers and watchers at once.
 func (b *Backend) Compact(ctx context.Context, revision int64) (int64, error) {
 	current := b.visible.Load()
 	if revision > current {
@@ -98,8 +118,11 @@ func (b *Backend) Compact(ctx context.Context, revision int64) (int64, error) {
 	if revision <= b.compact.Load() {
 		return 0, server.ErrCompacted
 	}
-	if b.cfg.CompactInterval <= 0 {
-		b.compactTo(ctx, revision)
+	b.compactTo(ctx, revision, 0)
+	if got := b.compact.Load(); got < revision {
+		return 0, fmt.Errorf("compacted up to revision %d of %d asked: %w", got, revision, errCompactIncomplete)
 	}
 	return b.visible.Load(), nil
 }
+
+var errCompactIncomplete = errors.New("the compaction stopped early (see the datastore's log)")
