@@ -1,6 +1,11 @@
 package etcd
 
-import "strings"
+import (
+	"context"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // The migration from SQLite to etcd (docs/backup.md): etcd member 0's
 // sidecar (`datastore etcd --migrate-from-sqlite DIR`) loads the SQLite data
@@ -35,4 +40,21 @@ func MigrationFailedReport(err error) string {
 func ParseMigrationFailedReport(msg string) (string, bool) {
 	_, rest, ok := strings.Cut(msg, MigrationFailedMessage)
 	return strings.TrimSpace(rest), ok
+}
+
+// MigrationMarker returns the value of MigrationMarkerKey as the member at
+// endpoint serves it (a linearizable read: the member has quorum), and ""
+// when it is not there yet.
+func (c *EtcdClient) MigrationMarker(ctx context.Context, endpoint string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	var value string
+	err := c.do(endpoint, func(cl *clientv3.Client) error {
+		resp, err := cl.Get(ctx, MigrationMarkerKey)
+		if err == nil && len(resp.Kvs) > 0 {
+			value = string(resp.Kvs[0].Value)
+		}
+		return err
+	})
+	return value, err
 }
