@@ -25,8 +25,8 @@ import (
 // the SQLite directory of the same volume mounted read-only. Before the
 // sidecar reports started (its startup probe; k3s starts only after it), it
 // copies the SQLite database, moves etcd's revision past the SQLite
-// revision, writes every live key (replaceData, as `restore --replace
-// --revision-above-snapshot` does), compacts, and writes the completion
+// revision, writes every live key (replaceData, what `restore --replace`
+// does, with the revision moved first), compacts, and writes the completion
 // marker (etcd.MigrationMarkerKey). So k3s never starts on an empty etcd, and
 // the SQLite file is never written: it is the way back until the switch.
 
