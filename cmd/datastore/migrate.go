@@ -43,6 +43,12 @@ func migrationTmpDir(dataDir string) string {
 // data at its present revision was loaded already. A load interrupted before
 // the marker is done again: the replace makes etcd exactly the SQLite data.
 func loadFromSQLite(ctx context.Context, m *member.Member, dir, dataDir string, stderr io.Writer) error {
+	// The member's own view of the membership, not an API call: a learner
+	// (members 1 and 2, joining after the switch) refuses most requests.
+	if n := len(m.Embedded().Server.Cluster().Members()); n > 1 {
+		fmt.Fprintf(stderr, "migration from sqlite: the cluster has %d members, so its data was loaded before it grew: nothing to load\n", n)
+		return nil
+	}
 	// Started is not ready: the member has elected itself and published
 	// its name only once ReadyNotify is closed.
 	select {
@@ -55,16 +61,9 @@ func loadFromSQLite(ctx context.Context, m *member.Member, dir, dataDir string, 
 	return migrateInto(ctx, cli, dir, migrationTmpDir(dataDir), stderr)
 }
 
-// migrateInto is loadFromSQLite on a client of the member.
+// migrateInto is loadFromSQLite on a client of member 0, alone in its
+// cluster.
 func migrateInto(ctx context.Context, cli *clientv3.Client, dir, tmp string, stderr io.Writer) error {
-	members, err := cli.MemberList(ctx)
-	if err != nil {
-		return fmt.Errorf("listing the members: %w", err)
-	}
-	if n := len(members.Members); n > 1 {
-		fmt.Fprintf(stderr, "migration from sqlite: the cluster has %d members, so its data was loaded before it grew: nothing to load\n", n)
-		return nil
-	}
 	marker, err := cli.Get(ctx, etcd.MigrationMarkerKey)
 	if err != nil {
 		return fmt.Errorf("reading the migration's marker: %w", err)

@@ -292,3 +292,32 @@ func TestEtcdSidecarWithoutTheSQLiteDataFailsAndSaysWhy(t *testing.T) {
 		t.Fatalf("termination message %q, want the migration's failure naming the database", msg)
 	}
 }
+
+// TestEtcdSidecarOfAJoiningMemberLoadsNothing: after the switch every
+// server pod of a migrated cluster keeps --migrate-from-sqlite (the switch
+// changes no pod template), and the volumes of servers 1 and 2 hold no
+// SQLite data. Such a sidecar, joining as a learner, loads nothing and
+// becomes ready once promoted, rather than failing for the missing
+// database.
+func TestEtcdSidecarOfAJoiningMemberLoadsNothing(t *testing.T) {
+	f := startPair(t)
+	ctx := context.Background()
+	id, _ := f.addB(t, ctx)
+	health := freeAddr(t)
+	p := spawn(t, health, "etcd", "--name=b", "--data-dir="+filepath.Join(f.dir, "b", "data"), "--peer-url="+f.b.PeerURL, "--client-url="+f.b.ClientURL,
+		"--listen-peer-address="+f.bPeer, "--listen-client-address="+f.bClient, "--members-file="+f.rosterFile,
+		"--ca-file="+f.caFile, "--cert-file="+f.certFile, "--key-file="+f.keyFile,
+		"--health-address="+health, "--metrics-address="+freeAddr(t), "--termination-message-path="+filepath.Join(f.dir, "termination-log"),
+		"--migrate-from-sqlite="+t.TempDir())
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if err := f.cl.Promote(ctx, f.a.ClientURL, id); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("promoting b: %v\n%s", err, p.output())
+		}
+	}
+	waitReadyz(t, p, http.StatusOK)
+	if !strings.Contains(p.output(), "members, so its data was loaded before it grew: nothing to load") {
+		t.Fatalf("the joining sidecar does not say it had nothing to load:\n%s", p.output())
+	}
+}
