@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -13,22 +14,27 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
-// TestMigrateSQLiteToEtcd is the migration drill: a SQLite cluster with
-// ConfigMaps and a Deployment the agent runs on the host, `k3kcli cluster
-// migrate --to etcd --servers 3` → every ConfigMap with its content, the
-// cluster an etcd cluster of 3 ready servers, the Deployment's pod still
-// running on the host as the same host pod (the migration makes only the
-// server pods again; the agent and its host pods stay, and the virtual
-// pod's object, copied with the data, keeps its UID), the cluster writable.
-// The downtime (how long the virtual API answered nothing, sampled every
-// 250 ms) is logged.
+// TestMigrateSQLiteToEtcd is the migration drill, through a plain update of
+// the Cluster's spec (no k3kcli): a SQLite cluster with ConfigMaps and a
+// Deployment the agent runs on the host, then spec.datastore.type etcd and
+// servers 3 in one patch → the controller's Migrating steps, then every
+// ConfigMap with its content, the cluster an etcd cluster of 3 ready
+// servers, the Deployment's pod still running on the host as the same host
+// pod (the migration makes only server pod 0 again; the agent and its host
+// pods stay, and the virtual pod's object, copied with the data, keeps its
+// UID), a watch from a resourceVersion of before the migration told to
+// relist (410), and the cluster writable. The downtime (how long the
+// virtual API answered nothing, sampled every 250 ms) is logged.
 func TestMigrateSQLiteToEtcd(t *testing.T) {
 	t.Parallel()
 	v := createCluster(t, "migrate", "--datastore", "sqlite", "--persistence-type", "dynamic")
@@ -52,30 +58,113 @@ func TestMigrateSQLiteToEtcd(t *testing.T) {
 		return hostPod != nil, nil
 	})
 	before := contents(keptObjects(t, v.client))
+	var oldRV string
+	if err := retry(func(ctx context.Context) error {
+		list, err := v.client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			oldRV = list.ResourceVersion
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	probe := startDowntimeProbe(v.client)
 	start := time.Now()
-	k3kcliWithin(t, 15*time.Minute, "cluster", "migrate", v.name, "-n", v.namespace, "--to", "etcd", "--servers", "3", "--yes", "--timeout", "14m")
+	cl := clusterClient(t)
+	c := &v1beta1.Cluster{}
+	key := client.ObjectKey{Namespace: v.namespace, Name: v.name}
+	if err := cl.Get(context.Background(), key, c); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"servers":3,"datastore":{"type":"etcd"}}}`))
+	if err := cl.Patch(context.Background(), c, patch); err != nil {
+		t.Fatalf("the migration's spec change was refused: %v", err)
+	}
+	var steps []string
+	eventually(t, 15*time.Minute, "the migration to etcd with 3 ready servers", func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, key, c); err != nil {
+			return false, nil
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, v1beta1.ConditionMigrating)
+		if cond != nil && (len(steps) == 0 || !strings.HasPrefix(steps[len(steps)-1], cond.Reason)) {
+			steps = append(steps, fmt.Sprintf("%s after %s", cond.Reason, time.Since(start).Round(time.Second)))
+			t.Logf("Migrating=%s %s: %s", cond.Status, cond.Reason, cond.Message)
+		}
+		return cond == nil && c.Status.Datastore != nil && c.Status.Datastore.Type == v1beta1.EtcdDatastore &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, v1beta1.ConditionReady) && c.Status.ReadyServers == 3, nil
+	})
 	down, longest := probe.stop()
-	t.Logf("migrated to etcd with 3 servers after %s; the virtual API answered nothing for %s in all, %s at the longest stretch (sampled every 250 ms)",
-		time.Since(start).Round(time.Second), down.Round(time.Millisecond), longest.Round(time.Millisecond))
+	t.Logf("migrated to etcd with 3 servers after %s (steps: %s); the virtual API answered nothing for %s in all, %s at the longest stretch (sampled every 250 ms)",
+		time.Since(start).Round(time.Second), strings.Join(steps, ", "), down.Round(time.Millisecond), longest.Round(time.Millisecond))
+	if len(steps) == 0 || !strings.HasPrefix(steps[0], v1beta1.ReasonMigrationLoadingEtcd) {
+		t.Errorf("the Migrating steps seen: %v; want %s first", steps, v1beta1.ReasonMigrationLoadingEtcd)
+	}
+	if c.Status.Datastore.MigratedFrom != v1beta1.SQLiteDatastore {
+		t.Errorf("status.datastore %+v, want migratedFrom sqlite", c.Status.Datastore)
+	}
+	checkMigrated(t, v, before, hostPod)
+	checkRelist(t, v, ns, oldRV)
 
+	// No way back after the switch.
+	back := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"servers":1,"datastore":{"type":"sqlite"}}}`))
+	if err := cl.Patch(context.Background(), c, back); err == nil || !strings.Contains(err.Error(), "has not switched") {
+		t.Fatalf("datastore.type back to sqlite after the switch: %v, want it refused", err)
+	}
+}
+
+// TestMigrateSQLiteToEtcdWithK3kcli: the same migration through `k3kcli
+// cluster migrate --to etcd`, to one etcd server (the cheap run: the
+// growth is the other drill's) → every ConfigMap with its content, the
+// workload's host pod the same, writable.
+func TestMigrateSQLiteToEtcdWithK3kcli(t *testing.T) {
+	t.Parallel()
+	v := createCluster(t, "migrate-cli", "--datastore", "sqlite", "--persistence-type", "dynamic")
+	waitAgentNode(t, v)
+	const ns = "drill"
+	w := workload{namespace: ns}
+	w.create(t, v.client)
+	writeKept(t, v.client, ns, "object", 20)
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var hostPod *corev1.Pod
+	eventually(t, 3*time.Minute, "the agent's host pod of Deployment client, running", func(ctx context.Context) (bool, error) {
+		hostPod = runningHostPod(ctx, v, ns, "client-")
+		return hostPod != nil, nil
+	})
+	before := contents(keptObjects(t, v.client))
+	probe := startDowntimeProbe(v.client)
+	start := time.Now()
+	out := k3kcliWithin(t, 15*time.Minute, "cluster", "migrate", v.name, "-n", v.namespace, "--to", "etcd", "--servers", "1", "--yes", "--timeout", "14m")
+	down, longest := probe.stop()
+	t.Logf("k3kcli migrated to etcd with 1 server after %s; the virtual API answered nothing for %s in all, %s at the longest stretch; k3kcli said: %s",
+		time.Since(start).Round(time.Second), down.Round(time.Millisecond), longest.Round(time.Millisecond), strings.TrimSpace(out))
 	c := &v1beta1.Cluster{}
 	if err := clusterClient(t).Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Spec.Datastore.Type != v1beta1.EtcdDatastore || c.Spec.Datastore.MigrateFrom != "" || c.Spec.Servers != 3 || c.Annotations[v1beta1.AnnotationRestorePending] != "" {
-		t.Fatalf("after the migration: datastore %q, migrateFrom %q, servers %d, restore-pending %q", c.Spec.Datastore.Type, c.Spec.Datastore.MigrateFrom, c.Spec.Servers, c.Annotations[v1beta1.AnnotationRestorePending])
+	if c.Spec.Datastore.Type != v1beta1.EtcdDatastore || c.Status.Datastore == nil || c.Status.Datastore.Type != v1beta1.EtcdDatastore {
+		t.Fatalf("after k3kcli cluster migrate: spec %q, status %+v", c.Spec.Datastore.Type, c.Status.Datastore)
 	}
-	if c.Status.Datastore == nil || c.Status.Datastore.Type != v1beta1.EtcdDatastore {
-		t.Fatalf("status.datastore %+v, want etcd", c.Status.Datastore)
-	}
+	checkMigrated(t, v, before, hostPod)
+}
 
+// checkMigrated: every kept ConfigMap with its content, the workload's
+// objects, the same host pod running, and a write accepted.
+func checkMigrated(t *testing.T, v *vcluster, before map[string]string, hostPod *corev1.Pod) {
+	t.Helper()
 	if after := contents(keptObjects(t, v.client)); !maps.Equal(before, after) {
 		t.Fatalf("the migrated cluster holds other objects than before:\nbefore %v\nafter  %v", before, after)
 	}
 	t.Logf("objects before and after the migration: %d", len(before))
-	w.check(t, v.client)
+	(&workload{namespace: "drill"}).check(t, v.client)
 
 	// The same host pod, still running: the agent kept it through the
 	// downtime and found the same virtual pod when the API came back.
@@ -93,6 +182,40 @@ func TestMigrateSQLiteToEtcd(t *testing.T) {
 	writes := workload{namespace: "written-after-migration"}
 	writes.create(t, v.client)
 	writes.check(t, v.client)
+}
+
+// checkRelist: a watch from rv, a resourceVersion of before the migration,
+// is told to relist (410 Gone or Expired), not served etcd's history under
+// numbers the client saw from SQLite.
+func checkRelist(t *testing.T, v *vcluster, ns, rv string) {
+	t.Helper()
+	eventually(t, time.Minute, "a watch from resourceVersion "+rv+" of before the migration to be told to relist", func(ctx context.Context) (bool, error) {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		wi, err := v.client.CoreV1().ConfigMaps(ns).Watch(wctx, metav1.ListOptions{ResourceVersion: rv})
+		if err != nil {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return true, nil
+			}
+			return false, nil // the API answered nothing yet
+		}
+		defer wi.Stop()
+		select {
+		case ev, ok := <-wi.ResultChan():
+			if !ok {
+				return false, nil
+			}
+			if ev.Type == watch.Error {
+				if st, isStatus := ev.Object.(*metav1.Status); isStatus && st.Code == http.StatusGone {
+					t.Logf("a watch from resourceVersion %s: %s", rv, st.Message)
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("a watch from resourceVersion %s of before the migration got a %s event, not 410 Gone", rv, ev.Type)
+		case <-wctx.Done():
+			return false, fmt.Errorf("a watch from resourceVersion %s of before the migration was neither refused nor served", rv)
+		}
+	})
 }
 
 // runningHostPod is the agent's running host copy of a virtual pod in ns

@@ -72,6 +72,11 @@ const (
 // +kubebuilder:printcolumn:name="Persistence",type=string,JSONPath=`.status.persistenceType`,priority=1
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// Rules that read the status (the datastore and persistence in effect, which
+// the controller records; an update of the spec cannot change the status, so
+// these see the stored one): the migration from sqlite to etcd.
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.spec.datastore) && has(oldSelf.spec.datastore.type) ? oldSelf.spec.datastore.type : '-') != 'etcd' || (has(self.spec.datastore) && has(self.spec.datastore.type) ? self.spec.datastore.type : '-') != 'sqlite' || (has(self.status) && has(self.status.datastore) && self.status.datastore.type == 'sqlite')",message="datastore.type back to sqlite is allowed only while a migration from sqlite has not switched (status.datastore.type still sqlite): after the switch the writes went to etcd only"
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.spec.datastore) && has(oldSelf.spec.datastore.type) ? oldSelf.spec.datastore.type : '-') == (has(self.spec.datastore) && has(self.spec.datastore.type) ? self.spec.datastore.type : '-') || (has(self.spec.datastore) && has(self.spec.datastore.type) ? self.spec.datastore.type : '-') != 'etcd' || (has(self.spec.persistence) && has(self.spec.persistence.type) ? self.spec.persistence.type : (has(self.status) && has(self.status.persistenceType) ? self.status.persistenceType : '-')) != 'ephemeral'",message="datastore.type: a cluster with persistence ephemeral cannot be migrated to etcd (its server pod made again would lose the SQLite data): snapshot it and restore into a new etcd cluster"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 41",message="metadata.name may be at most 41 characters: it prefixes the host objects' names, and the StatefulSet's revision label must stay within 63"
 type Cluster struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -90,7 +95,7 @@ type Cluster struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'sqlite' || self.servers == 1",message="servers: datastore.type sqlite runs exactly 1 server; use datastore.type etcd for more"
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || !has(self.datastore.type) || self.datastore.type != 'etcd' || self.servers % 2 == 1",message="servers: datastore.type etcd needs an odd number of servers (1, 3, 5 or 7) to keep quorum"
-// +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') || ((has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') in ['sqlite', '-'] && (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == 'etcd' && (has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == 'sqlite' && (has(oldSelf.datastore) && has(oldSelf.datastore.migrateFrom) ? oldSelf.datastore.migrateFrom : '-') == '-') || ((has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') == 'etcd' && (has(oldSelf.datastore) && has(oldSelf.datastore.migrateFrom) ? oldSelf.datastore.migrateFrom : '-') == 'sqlite' && (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == 'sqlite' && (has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == '-')",message="datastore.type is immutable: create a new cluster to change it; the one change allowed is sqlite to etcd with datastore.migrateFrom sqlite (k3kcli cluster migrate), and back before the migration's switch"
+// +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') || ((has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') in ['sqlite', '-'] && (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == 'etcd' && (has(oldSelf.datastore) && has(oldSelf.datastore.migrateFrom) ? oldSelf.datastore.migrateFrom : '-') == '-') || ((has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-') == 'etcd' && (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') == 'sqlite' && (has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == '-')",message="datastore.type is immutable: create a new cluster to change it; the one change allowed is sqlite to etcd (the migration, docs/backup.md), and back before the migration's switch"
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || !has(self.datastore) || !has(self.datastore.migrateFrom)",message="datastore.migrateFrom cannot be set when a cluster is created: it marks a migration of an existing SQLite cluster (k3kcli cluster migrate)",optionalOldSelf=true
 // +kubebuilder:validation:XValidation:rule="(has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == '-' || (has(self.datastore) && has(self.datastore.migrateFrom) ? self.datastore.migrateFrom : '-') == (has(oldSelf.datastore) && has(oldSelf.datastore.migrateFrom) ? oldSelf.datastore.migrateFrom : '-') || (has(self.datastore) && has(self.datastore.type) ? self.datastore.type : '-') != (has(oldSelf.datastore) && has(oldSelf.datastore.type) ? oldSelf.datastore.type : '-')",message="datastore.migrateFrom is set only together with the change of datastore.type from sqlite to etcd (k3kcli cluster migrate)"
 // +kubebuilder:validation:XValidation:rule="(has(self.persistence) && has(self.persistence.type) ? self.persistence.type : '-') == (has(oldSelf.persistence) && has(oldSelf.persistence.type) ? oldSelf.persistence.type : '-')",message="persistence.type is immutable: create a new cluster to change it"
@@ -511,7 +516,9 @@ type PersistenceConfig struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.migrateFrom) || (has(self.type) && self.type == 'etcd')",message="datastore.migrateFrom may only be set when datastore.type is etcd"
 type DatastoreConfig struct {
 	// Type is sqlite, etcd or external. Empty means the controller's default.
-	// Immutable, but for the migration from sqlite to etcd (MigrateFrom).
+	// Immutable, but for the migration from sqlite to etcd (docs/backup.md):
+	// sqlite (or unset, resolved to sqlite) to etcd, and back to sqlite
+	// until the migration's switch (status.datastore.type etcd).
 	// +optional
 	Type DatastoreType `json:"type,omitempty"`
 
@@ -523,18 +530,12 @@ type DatastoreConfig struct {
 	// +optional
 	Etcd *EtcdDatastoreConfig `json:"etcd,omitempty"`
 
-	// MigrateFrom sqlite marks a migration under way from the SQLite
-	// datastore to etcd (k3kcli cluster migrate, docs/backup.md). It is the
-	// only way datastore.type may change, and only from sqlite (or unset) to
-	// etcd in the same update; while it is set the type may go back to
-	// sqlite (abort: the SQLite file was never touched) and the controller
-	// bootstraps etcd member 0 although the server volume holds data (the
-	// SQLite data, not etcd's). The CLI removes it at the switch, when the
-	// data is in etcd and k3s is about to start on it: from then on the
-	// writes go to etcd only and there is no way back. Not meant to be set
-	// by hand. A field rather than an annotation because the CRD's
-	// validation rules cannot read annotations, and there is no admission
-	// webhook for Clusters.
+	// MigrateFrom sqlite may accompany the change of datastore.type from
+	// sqlite (or unset) to etcd, in the same update; it is accepted for
+	// compatibility with earlier k3kcli versions and changes nothing: the
+	// type change alone starts the migration (docs/backup.md), and the
+	// controller tells a migration from a new etcd cluster by the type it
+	// recorded in status.datastore.type. It cannot be set otherwise.
 	// +kubebuilder:validation:Enum=sqlite
 	// +optional
 	MigrateFrom DatastoreType `json:"migrateFrom,omitempty"`
@@ -734,8 +735,16 @@ type BackupFailure struct {
 
 // DatastoreStatus describes the datastore in effect.
 type DatastoreStatus struct {
-	// Type is the datastore in effect (spec or controller default).
+	// Type is the datastore in effect (spec or controller default). While a
+	// migration from sqlite to etcd is under way it stays sqlite (the spec
+	// says etcd) until the switch: the SQLite data is loaded into etcd member
+	// 0 and the member serves it.
 	Type DatastoreType `json:"type"`
+	// MigratedFrom is sqlite for a cluster that was migrated from sqlite to
+	// etcd, recorded at the switch and kept: its server pods keep the
+	// migration's sidecar flag, so the switch changes no pod.
+	// +optional
+	MigratedFrom DatastoreType `json:"migratedFrom,omitempty"`
 	// Members are the etcd members as the cluster lists them (etcd only),
 	// in name order; empty while no member answers.
 	// +optional

@@ -26,9 +26,10 @@ const (
 	// reason otherwise. It does not gate Ready.
 	ConditionLastBackupSucceeded = "LastBackupSucceeded"
 	// ConditionMigrating is present while a migration from SQLite to etcd
-	// (k3kcli cluster migrate) is under way, True, with the step it is at as
-	// its reason (ReasonMigration…); it goes once the token is back. It
-	// does not gate Ready (TokenReady does, while k3s is stopped).
+	// (spec.datastore.type changed from sqlite to etcd) is under way, True,
+	// with the step it is at as its reason (ReasonMigration…); it goes once
+	// every server asked for is ready after the switch, or when the
+	// migration was undone before it. It does not gate Ready.
 	ConditionMigrating = "Migrating"
 	// ConditionRestored is present while spec.restoreFrom is set: whether the
 	// snapshot was loaded and the cluster given its token (True Restored), is
@@ -37,18 +38,20 @@ const (
 	ConditionRestored = "Restored"
 )
 
-// Reasons of Migrating: the step, read from the Cluster (its
-// restore-pending annotation "migrate/etcd" and spec.datastore).
+// Reasons of Migrating: the step.
 const (
-	// ReasonMigrationSQLiteStopped: marked, the spec still sqlite: k3s is
-	// being stopped on the SQLite server and the snapshot taken.
-	ReasonMigrationSQLiteStopped = "MigrationSQLiteStopped"
-	// ReasonMigrationLoadingEtcd: datastore.type etcd with migrateFrom: etcd
-	// member 0 starts beside the untouched SQLite file and the snapshot is
-	// loaded into it; --abort still goes back.
+	// ReasonMigrationLoadingEtcd: server pod 0 is made again with etcd
+	// member 0, whose sidecar loads the SQLite data of the volume before k3s
+	// starts; until the switch, datastore.type back to sqlite serves the
+	// untouched SQLite data again.
 	ReasonMigrationLoadingEtcd = "MigrationLoadingEtcd"
-	// ReasonMigrationSwitched: migrateFrom removed, the data is in etcd; the
-	// token is being put back. No way back.
+	// ReasonMigrationFailed: the sidecar's load failed; the message has its
+	// termination message. The kubelet starts it again (a load is redone
+	// from the start); the SQLite data is untouched.
+	ReasonMigrationFailed = "MigrationFailed"
+	// ReasonMigrationSwitched: the data is in etcd and member 0 serves it
+	// (status.datastore.type etcd): no way back. The cluster grows to
+	// spec.servers.
 	ReasonMigrationSwitched = "MigrationSwitched"
 )
 

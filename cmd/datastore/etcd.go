@@ -35,6 +35,9 @@ type etcdOptions struct {
 	healthAddress, metricsAddress         string
 	terminationMessagePath                string
 	quotaBytes                            int64
+	// migrateFromSQLite is the read-only SQLite data dir whose data the
+	// member loads before it reports started (migrate.go).
+	migrateFromSQLite string
 }
 
 // newEtcdCommand is the `datastore etcd` subcommand: one etcd member of an HA
@@ -75,6 +78,8 @@ the metrics address serves /metrics (etcd's own metrics and k3k's).`,
 	f.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log",
 		"file the data-lost marker is written to, for the controller to read from the pod's status (empty: none)")
 	f.Int64Var(&o.quotaBytes, "quota-backend-bytes", 0, "database size that raises NOSPACE (0: etcd's default, 2 GiB)")
+	f.StringVar(&o.migrateFromSQLite, "migrate-from-sqlite", "",
+		"the SQLite datastore's data dir (read-only) whose data this member, alone in its cluster, loads before it reports started: the migration from sqlite to etcd; done once (a marker key in etcd says so)")
 	for _, name := range []string{"name", "data-dir", "peer-url", "client-url", "members-file", "ca-file", "cert-file", "key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -130,6 +135,17 @@ func runEtcd(ctx context.Context, o etcdOptions, stderr io.Writer) error {
 		m, err := startWhenListed(ctx, o, zl, rebuild)
 		if err != nil {
 			return err
+		}
+		if o.migrateFromSQLite != "" {
+			if err := loadFromSQLite(ctx, m, o.migrateFromSQLite, o.dataDir, stderr); err != nil {
+				if o.terminationMessagePath != "" {
+					_ = os.WriteFile(o.terminationMessagePath, []byte(etcd.MigrationFailedReport(err)+"\n"), 0o644)
+				}
+				shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+				closeErr := m.Close(shutdownCtx)
+				cancel()
+				return errors.Join(fmt.Errorf("loading the SQLite data of %s (the migration to etcd; the SQLite data is untouched): %w", o.migrateFromSQLite, err), closeErr)
+			}
 		}
 		ds.set(m)
 		log.Info("etcd member started", "name", o.name, "id", etcd.FormatID(m.ID()), "peerURL", o.peerURL, "clientURL", o.clientURL,

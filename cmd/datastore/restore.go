@@ -30,10 +30,6 @@ type restoreOptions struct {
 	// sqliteDataDir is the data dir of the sqlite datastore at endpoint,
 	// whose database a replace compacts itself (see sqlite.CompactTo).
 	sqliteDataDir string
-	// aboveSnapshot moves the datastore's revision past the snapshot's
-	// before a replace (kvrestore.AdvanceRevision): the migration from
-	// SQLite to etcd, whose new member's clients hold the SQLite revisions.
-	aboveSnapshot bool
 }
 
 // newRestoreCommand is `datastore restore`: the keys of a snapshot, read from
@@ -74,7 +70,6 @@ interruption finishes the job.`,
 	f.StringVar(&o.tmpDir, "tmp-dir", "", "directory for the snapshot while it is read (required)")
 	f.BoolVar(&o.replace, "replace", false, "replace the datastore's data with the snapshot's (in-place restore) instead of refusing a datastore that holds data")
 	f.StringVar(&o.sqliteDataDir, "sqlite-data-dir", "", "with --replace into the sqlite datastore: its data dir, whose database is compacted directly")
-	f.BoolVar(&o.aboveSnapshot, "revision-above-snapshot", false, "with --replace: first move the datastore's revision past the snapshot's, so that every restored key gets a revision above any the snapshot's clients hold (the migration from sqlite to etcd, into a new member)")
 	_ = cmd.MarkFlagRequired("endpoint")
 	_ = cmd.MarkFlagRequired("tmp-dir")
 	return cmd
@@ -130,9 +125,6 @@ func runRestore(ctx context.Context, o restoreOptions, stdin io.Reader, stderr i
 	}
 	defer cli.Close()
 	start := time.Now()
-	if o.aboveSnapshot && !o.replace {
-		return errors.New("--revision-above-snapshot goes with --replace")
-	}
 	if o.replace {
 		return runReplace(ctx, o, cli, keys, m, stderr, start)
 	}
@@ -154,7 +146,7 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 	// datastore's file is then compacted directly (a no-op where the request
 	// already did it).
 	compact := func(rev int64) error {
-		if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		if err := compactEtcd(ctx, cli, rev); err != nil {
 			return err
 		}
 		if o.sqliteDataDir != "" {
@@ -163,6 +155,25 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 		}
 		return nil
 	}
+	return replaceData(ctx, cli, keys, m, false, compact, stderr, start)
+}
+
+// compactEtcd compacts an etcd datastore at rev (already compacted is no
+// error).
+func compactEtcd(ctx context.Context, cli *clientv3.Client, rev int64) error {
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return err
+	}
+	return nil
+}
+
+// replaceData makes the datastore behind cli exactly the snapshot of m
+// (keys): the history before compacted, with aboveSnapshot the revision
+// first moved past the snapshot's, every key written, the rest deleted,
+// then compacted at the end and checked so. `restore --replace` runs it
+// over the etcd API, `etcd --migrate-from-sqlite` in the member's own
+// process before k3s may start.
+func replaceData(ctx context.Context, cli *clientv3.Client, keys kvrestore.KeySource, m snapshot.Manifest, aboveSnapshot bool, compact func(int64) error, stderr io.Writer, start time.Time) error {
 	// The history before the restore first: no server runs, so nothing
 	// needs it, and the space it frees takes the restore's writes (an etcd
 	// member near its quota would otherwise raise NOSPACE midway).
@@ -173,7 +184,7 @@ func runReplace(ctx context.Context, o restoreOptions, cli *clientv3.Client, key
 	if err := compact(head.Header.Revision); err != nil {
 		return fmt.Errorf("compacting the datastore before the restore (nothing replaced yet): %w", err)
 	}
-	if o.aboveSnapshot {
+	if aboveSnapshot {
 		rev, err := kvrestore.AdvanceRevision(ctx, cli, m.Revision)
 		if err != nil {
 			return fmt.Errorf("%w (nothing replaced yet)", err)

@@ -45,10 +45,6 @@ type pendingRestore struct {
 	dataPath string
 	// replace loads it into a datastore that holds data (in-place restore).
 	replace bool
-	// aboveSnapshot moves the target's revision past the snapshot's first
-	// (with replace): the migration to etcd, whose clients hold the SQLite
-	// revisions.
-	aboveSnapshot bool
 }
 
 // openRestore checks the snapshot at path and that the cluster about to be
@@ -186,9 +182,6 @@ func (p *pendingRestore) load(ctx context.Context, rc *rest.Config, c *v1beta1.C
 	command := SidecarRestoreCommand(c, ds, pod.Name)
 	if p.replace {
 		command = SidecarReplaceCommand(c, ds, pod.Name)
-	}
-	if p.replace && p.aboveSnapshot {
-		command = append(command, "--revision-above-snapshot")
 	}
 	data, err := os.Open(p.dataPath)
 	if err != nil {

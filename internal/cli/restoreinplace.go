@@ -229,11 +229,11 @@ func CheckInPlaceRestore(c *v1beta1.Cluster, secret *corev1.Secret, a snapshot.A
 	if c.Spec.Paused {
 		return false, usageErr("k3kcli cluster resume "+c.Name+" first", "cluster %s is paused: its datastore does not run", name)
 	}
-	value, pending := c.Annotations[v1beta1.AnnotationRestorePending]
-	if pending && value == migrateValue {
-		return false, usageErr("finish it with k3kcli cluster migrate "+c.Name+" --to etcd, or undo it with --abort, then restore",
-			"cluster %s is being migrated to etcd (annotation %s)", name, v1beta1.AnnotationRestorePending)
+	if stage, _ := CheckMigrate(c); stage != MigrateStart {
+		return false, usageErr("wait for it with k3kcli cluster migrate "+c.Name+" --to etcd, or undo it with --abort before its switch, then restore",
+			"cluster %s is being migrated to etcd (Migrating condition)", name)
 	}
+	value, pending := c.Annotations[v1beta1.AnnotationRestorePending]
 	if pending && !strings.HasPrefix(value, inPlacePrefix) {
 		return false, usageErr("wait for k3kcli cluster create --restore-from to finish, or delete the cluster",
 			"cluster %s is being created from a snapshot (annotation %s)", name, v1beta1.AnnotationRestorePending)

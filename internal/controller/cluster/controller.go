@@ -462,6 +462,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, c *v1beta1.Cluster, o *ob
 		return fmt.Errorf("updating status: %w", err)
 	}
 	r.recordTransitions(c, before, st, o)
+	r.recordMigrationEnd(c, before, st)
 	r.recordBackupEvents(c, before.Backup, st.Backup)
 	r.recordRestoreEvents(c, before.Conditions, st.Conditions)
 	return nil

@@ -151,8 +151,9 @@ func clientTLS(caPEM []byte, pair pki.KeyPair) (*tls.Config, error) {
 
 // reconcileEtcdRoster publishes the first roster, member 0 alone and
 // bootstrapping, for a cluster that never held data, or whose data is the
-// SQLite file of a migration to etcd (migratingFromSQLite): its volume holds
-// no etcd data dir, and member 0 must bootstrap for the data to be loaded. A missing roster for a
+// SQLite file of a migration to etcd (Settings.Migrating): its volume holds
+// no etcd data dir, and member 0 must bootstrap to load the SQLite data
+// (migration.go). A missing roster for a
 // cluster that has data is published from observation (reconcileEtcdMembers),
 // never as "new": that could bootstrap a second cluster next to the first.
 func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
@@ -171,7 +172,7 @@ func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if hasData && !migratingFromSQLite(c) {
+	if hasData && !o.settings.Migrating {
 		o.etcd.rosterProblem = fmt.Sprintf("ConfigMap %s is missing and the servers already hold data: it is published again once a member answers (members with data start without it)", layout.NamesFor(c).EtcdRoster)
 		return ctrl.Result{}, nil
 	}
@@ -186,9 +187,8 @@ func (r *Reconciler) reconcileEtcdRoster(ctx context.Context, c *v1beta1.Cluster
 // server pods' finalizers and performs at most one membership step.
 //
 // A sqlite cluster's server pods hold no etcd finalizer: one left on a pod
-// of a migration to etcd that was aborted (k3kcli cluster migrate --abort,
-// the pod of etcd member 0 replaced by the SQLite one) is dropped, or the
-// pod would never go.
+// of a migration to etcd that was undone before its switch (the pod of etcd
+// member 0 replaced by the SQLite one) is dropped, or the pod would never go.
 func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
 	if o.settings.Datastore == v1beta1.SQLiteDatastore {
 		return ctrl.Result{}, r.releaseEtcdPods(ctx, c.Namespace, c.Name)
@@ -231,6 +231,9 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	observed := etcd.Observe(ctx, cl, asked)
 	o.etcd.observed = &observed
 
+	if o.settings.Migrating {
+		r.observeMigration(ctx, c, cl, observed, pods.Items, o)
+	}
 	recovering, err := r.reconcileEtcdRecovery(ctx, c, observed, o)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -272,6 +275,9 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	if o.etcd.action.Type != etcd.ActionNone {
 		log.FromContext(ctx).Info("etcd membership step", "action", o.etcd.action.Type, "reason", o.etcd.action.Reason, "message", o.etcd.action.Message)
 		return ctrl.Result{RequeueAfter: etcdRequeueAfterStep}, nil
+	}
+	if o.settings.Migrating && !o.migration.switched {
+		return ctrl.Result{RequeueAfter: migrationRequeue}, nil
 	}
 	if o.etcd.action.Reason != etcd.ReasonInSync || len(o.etcd.held) > 0 {
 		return ctrl.Result{RequeueAfter: etcdRequeueWaiting}, nil

@@ -157,6 +157,9 @@ func EtcdArgs(c *v1beta1.Cluster, s Settings) []string {
 	if s.EtcdQuotaBytes > 0 {
 		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(s.EtcdQuotaBytes, 10))
 	}
+	if migrationPod(s) {
+		args = append(args, "--migrate-from-sqlite="+layout.DatastoreDataDir)
+	}
 	return args
 }
 
@@ -184,12 +187,8 @@ func etcdSidecar(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Container {
 		ReadinessProbe:           httpProbe("/readyz", layout.DatastoreHealthPort, 5, 3),
 		LivenessProbe:            httpProbe("/healthz", layout.DatastoreHealthPort, 10, 6),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		VolumeMounts: []corev1.VolumeMount{
-			mount(layout.DataVolume, layout.EtcdDataDir, false, "etcd"),
-			mount(layout.EtcdTLSVolume, layout.EtcdTLSDir, true, ""),
-			mount(layout.EtcdRosterVolume, layout.EtcdRosterDir, true, ""),
-		},
-		SecurityContext: restrictedContext(true),
+		VolumeMounts:             etcdSidecarMounts(s),
+		SecurityContext:          restrictedContext(true),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi"),
 		}},
@@ -209,4 +208,20 @@ func etcdVolumes(c *v1beta1.Cluster) []corev1.Volume {
 			LocalObjectReference: corev1.LocalObjectReference{Name: n.EtcdRoster}, Optional: ptr.To(true),
 		}}},
 	}
+}
+
+// etcdSidecarMounts are the etcd sidecar's volumes: its data dir (the data
+// volume's subPath etcd), the certificates and the roster; in a migration's
+// pods also the SQLite directory (subPath datastore), read-only: the sidecar
+// loads it and can never write it.
+func etcdSidecarMounts(s Settings) []corev1.VolumeMount {
+	mounts := []corev1.VolumeMount{
+		mount(layout.DataVolume, layout.EtcdDataDir, false, "etcd"),
+		mount(layout.EtcdTLSVolume, layout.EtcdTLSDir, true, ""),
+		mount(layout.EtcdRosterVolume, layout.EtcdRosterDir, true, ""),
+	}
+	if migrationPod(s) {
+		mounts = append(mounts, mount(layout.DataVolume, layout.DatastoreDataDir, true, "datastore"))
+	}
+	return mounts
 }

@@ -20,7 +20,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -515,85 +514,4 @@ func testClientTLS(t *testing.T, c *v1beta1.Cluster) *tls.Config {
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return testenv.FreeAddr(t, "127.0.0.1")
-}
-
-// TestEtcdMemberZeroBootstrapsOnTheSQLiteDataOfAMigration: a sqlite cluster
-// whose servers hold data (the kubeconfig published), changed to etcd with
-// migrateFrom sqlite as k3kcli cluster migrate changes it, gets the first
-// roster (member 0 alone, "new"): its volume holds the SQLite data, not
-// etcd's. Put back to sqlite (--abort), the etcd finalizer of the member's
-// pod is dropped, so the pod can go.
-func TestEtcdMemberZeroBootstrapsOnTheSQLiteDataOfAMigration(t *testing.T) {
-	ctx := context.Background()
-	r, _ := newReconciler(t)
-	r.EtcdDial = (&dialTable{}).dial
-	c := createCluster(t, newCluster(newNamespace(t), "grow", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.SQLiteDatastore }))
-	reconcileOnce(t, r, c)
-	makeReady(t, c)
-	migrating := func(want string) {
-		t.Helper()
-		reconcileOnce(t, r, c)
-		get(t, c, c.Name, c)
-		got := meta.FindStatusCondition(c.Status.Conditions, v1beta1.ConditionMigrating)
-		switch {
-		case want == "" && got != nil:
-			t.Fatalf("Migrating %s/%s with no migration under way", got.Status, got.Reason)
-		case want != "" && (got == nil || got.Status != metav1.ConditionTrue || got.Reason != want):
-			t.Fatalf("Migrating %+v, want True/%s", got, want)
-		}
-	}
-	migrating("")
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1beta1.AnnotationRestorePending+`":"`+MigratePrefix+`etcd"}}}`))
-	if err := k8s.Patch(ctx, c, patch); err != nil {
-		t.Fatal(err)
-	}
-	migrating(v1beta1.ReasonMigrationSQLiteStopped)
-	c.Spec.Datastore.Type = v1beta1.EtcdDatastore
-	c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
-	if err := k8s.Update(ctx, c); err != nil {
-		t.Fatalf("the migration's spec was refused: %v", err)
-	}
-	migrating(v1beta1.ReasonMigrationLoadingEtcd)
-	roster := readRoster(t, c)
-	if roster.State != etcd.ClusterStateNew || len(roster.Members) != 1 || roster.Members[0].Name != layout.ServerPodName(c, 0) {
-		t.Fatalf("roster %+v, want member 0 alone, bootstrapping", roster)
-	}
-
-	// The member's pod, as the etcd reconcile left it (makeReady made it).
-	pod := &corev1.Pod{}
-	get(t, c, layout.ServerPodName(c, 0), pod)
-	if !slices.Contains(pod.Finalizers, v1beta1.FinalizerEtcdMember) {
-		pod.Finalizers = append(pod.Finalizers, v1beta1.FinalizerEtcdMember)
-		if err := k8s.Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-	}
-	get(t, c, c.Name, c)
-	c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
-	c.Spec.Datastore.MigrateFrom = ""
-	if err := k8s.Update(ctx, c); err != nil {
-		t.Fatalf("the abort's spec was refused: %v", err)
-	}
-	migrating(v1beta1.ReasonMigrationSQLiteStopped)
-	get(t, c, pod.Name, pod)
-	if slices.Contains(pod.Finalizers, v1beta1.FinalizerEtcdMember) {
-		t.Fatalf("the sqlite cluster's pod %s keeps the etcd finalizer", pod.Name)
-	}
-
-	// Forward again, past the switch, then the mark removed.
-	c.Spec.Datastore.Type = v1beta1.EtcdDatastore
-	c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
-	if err := k8s.Update(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	c.Spec.Datastore.MigrateFrom = ""
-	if err := k8s.Update(ctx, c); err != nil {
-		t.Fatalf("the switch was refused: %v", err)
-	}
-	migrating(v1beta1.ReasonMigrationSwitched)
-	patch = client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1beta1.AnnotationRestorePending+`":null}}}`))
-	if err := k8s.Patch(ctx, c, patch); err != nil {
-		t.Fatal(err)
-	}
-	migrating("")
 }

@@ -62,31 +62,12 @@ func restorePending(c *v1beta1.Cluster) bool {
 	return ok
 }
 
-// migratingFromSQLite reports a migration from SQLite to etcd under way
-// before its switch (spec.datastore.migrateFrom, k3kcli cluster migrate):
-// the server volume holds the SQLite data, never etcd's, so etcd member 0
-// bootstraps on it (reconcileEtcdRoster). Only the Cluster's own objects are
-// affected: whoever sets it can only empty their own cluster's etcd, whose
-// data a running member keeps regardless (etcd ignores the roster once its
-// data dir exists).
-func migratingFromSQLite(c *v1beta1.Cluster) bool {
-	return c.Spec.Datastore.MigrateFrom == v1beta1.SQLiteDatastore && c.Spec.Datastore.Type == v1beta1.EtcdDatastore
-}
-
-// MigratePrefix starts the value of the restore-pending annotation during a
-// migration from SQLite to etcd (k3kcli cluster migrate).
-const MigratePrefix = "migrate/"
-
 // tokenAwaitingRestoreMessage is TokenReady's message while the token Secret
 // waits for the servers, or a restore, to fill it.
 func tokenAwaitingRestoreMessage(c *v1beta1.Cluster, secret string) string {
 	if strings.HasPrefix(c.Annotations[v1beta1.AnnotationRestorePending], "in-place/") {
 		return fmt.Sprintf("restoring in place from a snapshot (k3kcli cluster restore, annotation %s): k3s is stopped on every server and waits for its token while the datastore's data is replaced; "+
 			"Secret %s gets the snapshot's token when that is done. If it stays so, the restore was interrupted: run the same k3kcli cluster restore again to finish it", v1beta1.AnnotationRestorePending, secret)
-	}
-	if strings.HasPrefix(c.Annotations[v1beta1.AnnotationRestorePending], MigratePrefix) {
-		return fmt.Sprintf("migrating from sqlite to etcd (k3kcli cluster migrate, annotation %s): k3s is stopped and waits for its token while the SQLite data is copied into etcd member 0; "+
-			"Secret %s gets the token back when that is done. If it stays so, the migration was interrupted: run the same k3kcli cluster migrate again to finish it, or k3kcli cluster migrate --abort to serve the SQLite data again", v1beta1.AnnotationRestorePending, secret)
 	}
 	if c.Spec.RestoreFrom != nil {
 		return fmt.Sprintf("restoring from %s on claim %s (spec.restoreFrom): Secret %s gets the snapshot's token from the restore Job once its data is loaded into the datastore; k3s waits for it. "+

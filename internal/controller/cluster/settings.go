@@ -65,6 +65,14 @@ type Settings struct {
 	// ExternalSecret is which keys the external datastore Secret holds, as
 	// observed by reconcileExternalSecret (zero without a secretRef).
 	ExternalSecret ExternalSecretKeys
+	// Migrating: a migration from sqlite to etcd is under way, before its
+	// switch (the spec says etcd, status.datastore.type still sqlite).
+	// Datastore is etcd and Servers 1: server pod 0 runs etcd member 0,
+	// which loads the SQLite data (migration.go).
+	Migrating bool
+	// MigratedFrom is sqlite for a cluster migrated from sqlite to etcd
+	// (status.datastore.migratedFrom): its pods keep the migration's flag.
+	MigratedFrom v1beta1.DatastoreType
 }
 
 // InvalidSpecError is a spec that admission accepted but the controller cannot
@@ -94,8 +102,15 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 	if s.Persistence == "" {
 		s.Persistence = v1beta1.DynamicPersistence
 	}
-	if s.Datastore == "" && c.Status.Datastore != nil {
-		s.Datastore = c.Status.Datastore.Type
+	var recorded v1beta1.DatastoreType
+	if c.Status.Datastore != nil {
+		recorded = c.Status.Datastore.Type
+		if recorded == v1beta1.EtcdDatastore {
+			s.MigratedFrom = c.Status.Datastore.MigratedFrom
+		}
+	}
+	if s.Datastore == "" {
+		s.Datastore = recorded
 	}
 	if s.Datastore == "" {
 		s.Datastore = cfg.DefaultDatastore
@@ -123,6 +138,16 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 		version = cfg.DefaultVersion
 	}
 	s.ServerImage = cfg.ServerImage + ":" + version
+	switch {
+	case s.Datastore == v1beta1.EtcdDatastore && recorded == v1beta1.SQLiteDatastore:
+		// The migration: one server, member 0, until the switch; then
+		// spec.servers, grown as any etcd cluster grows.
+		s.Migrating, s.Servers = true, 1
+	case s.Datastore == v1beta1.SQLiteDatastore && recorded == v1beta1.EtcdDatastore:
+		// The CRD refuses it; a Cluster stored before its rules were
+		// installed is refused here.
+		return s, &InvalidSpecError{Message: "datastore.type sqlite, but the cluster's data is in etcd (status.datastore.type etcd): a migration goes from sqlite to etcd only, and there is no way back after its switch; set datastore.type etcd again"}
+	}
 	if s.Datastore == v1beta1.SQLiteDatastore && s.Servers != 1 {
 		return s, &InvalidSpecError{Message: fmt.Sprintf(
 			"servers: %d needs datastore.type etcd; the datastore in effect is sqlite, which runs exactly 1 server", s.Servers)}

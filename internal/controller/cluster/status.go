@@ -3,7 +3,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +50,8 @@ type observation struct {
 	backup backupState
 	// restore is what was observed of spec.restoreFrom.
 	restore restoreState
+	// migration is what was observed of a migration from sqlite to etcd.
+	migration migrationState
 	// deleting: the Cluster is being deleted; nothing is observed.
 	deleting bool
 	// failure is the step that failed in this reconcile; nil when none did.
@@ -115,8 +116,9 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 		Endpoint:           layout.Endpoint(c),
 		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
 		PersistenceType:    o.settings.Persistence,
-		Datastore:          &v1beta1.DatastoreStatus{Type: o.settings.Datastore, RecoveryRequest: etcdRecoveryRequest(c, o)},
+		Datastore:          &v1beta1.DatastoreStatus{RecoveryRequest: etcdRecoveryRequest(c, o)},
 	}
+	st.Datastore.Type, st.Datastore.MigratedFrom = recordedDatastore(o)
 	set := func(t string, ok bool, reason, msg string) {
 		status := metav1.ConditionFalse
 		if ok {
@@ -143,14 +145,14 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	}
 
 	set(v1beta1.ConditionTokenReady, o.token.ready, o.token.reason, o.token.message)
-	if reason, msg, ok := migratingCondition(c); ok {
+	ds := datastoreCondition(o)
+	set(v1beta1.ConditionDatastoreReady, ds.ok, ds.reason, ds.message)
+	srv := serversCondition(o)
+	if reason, msg, ok := migratingCondition(c, o, srv.ok); ok {
 		set(v1beta1.ConditionMigrating, true, reason, msg)
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1beta1.ConditionMigrating)
 	}
-	ds := datastoreCondition(o)
-	set(v1beta1.ConditionDatastoreReady, ds.ok, ds.reason, ds.message)
-	srv := serversCondition(o)
 	set(v1beta1.ConditionServersReady, srv.ok, srv.reason, srv.message)
 	kc := kubeconfigCondition(o)
 	set(v1beta1.ConditionKubeconfigPublished, kc.ok, kc.reason, kc.message)
@@ -258,21 +260,4 @@ func kubeconfigCondition(o observation) condResult {
 	default:
 		return condResult{true, v1beta1.ReasonPublished, "the kubeconfig Secret holds a valid kubeconfig for the cluster's Service"}
 	}
-}
-
-// migratingCondition is Migrating's reason and message while a migration
-// from SQLite to etcd is under way (k3kcli cluster migrate), read from the
-// Cluster alone: the steps are k3kcli's, and each leaves its mark there.
-func migratingCondition(c *v1beta1.Cluster) (reason, message string, ok bool) {
-	marked := strings.HasPrefix(c.Annotations[v1beta1.AnnotationRestorePending], MigratePrefix)
-	switch {
-	case migratingFromSQLite(c):
-		return v1beta1.ReasonMigrationLoadingEtcd, "datastore.type etcd with migrateFrom sqlite: etcd member 0 starts on server 0's volume beside the untouched SQLite file and k3kcli loads the SQLite snapshot into it; " +
-			"until the switch, k3kcli cluster migrate --abort serves the SQLite data again", true
-	case marked && c.Spec.Datastore.Type == v1beta1.EtcdDatastore:
-		return v1beta1.ReasonMigrationSwitched, "the data is in etcd (the switch is done, there is no way back): k3kcli puts the token back and k3s starts on etcd; if it stays so, run k3kcli cluster migrate again", true
-	case marked:
-		return v1beta1.ReasonMigrationSQLiteStopped, "k3s is stopped on the SQLite server (it waits for its token) and k3kcli takes the snapshot of the SQLite data; if it stays so, run k3kcli cluster migrate again, or --abort", true
-	}
-	return "", "", false
 }

@@ -122,7 +122,10 @@ func TestAdmissionRejectsInvalidUpdates(t *testing.T) {
 		change func(*v1beta1.Cluster)
 		wantIn string
 	}{
-		{"the datastore type is immutable", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.EtcdDatastore }, "datastore.type is immutable"},
+		{"the datastore type is immutable (but for the migration to etcd)", func(c *v1beta1.Cluster) {
+			c.Spec.Datastore.Type = v1beta1.ExternalDatastore
+			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db:5432/k3s"}
+		}, "datastore.type is immutable"},
 		{"unsetting the persistence type counts as a change", func(c *v1beta1.Cluster) { c.Spec.Persistence.Type = "" }, "persistence.type is immutable"},
 		{"the cluster CIDR is immutable", func(c *v1beta1.Cluster) { c.Spec.ClusterCIDR = "10.50.0.0/16" }, "clusterCIDR is immutable"},
 		{"the service CIDR is immutable", func(c *v1beta1.Cluster) { c.Spec.ServiceCIDR = "10.51.0.0/16" }, "serviceCIDR is immutable"},
@@ -247,8 +250,11 @@ func TestAdmissionRefusesBadBackups(t *testing.T) {
 }
 
 // TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd walks the one change of
-// datastore.type the API allows (k3kcli cluster migrate) and the ways around
-// it that it must refuse.
+// datastore.type the API allows (the migration, started by the type change
+// alone; datastore.migrateFrom sqlite still accepted beside it) and the ways
+// around it that it must refuse. The way back reads the status the
+// controller records (status.datastore.type: sqlite until the switch), set
+// here by the test as the controller would.
 func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -256,10 +262,14 @@ func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 		name   string
 		change func(*v1beta1.Cluster)
 		wantIn string // empty: accepted
+		// status, when set, is the controller's status write instead of a
+		// user's change.
+		status func(*v1beta1.ClusterStatus)
 	}
 	toEtcd := func(marked bool) func(*v1beta1.Cluster) {
 		return func(c *v1beta1.Cluster) {
 			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
+			c.Spec.Servers = 3
 			if marked {
 				c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
 			}
@@ -270,6 +280,12 @@ func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 		c.Spec.Datastore.MigrateFrom = ""
 		c.Spec.Servers = 1
 	}
+	recorded := func(ds v1beta1.DatastoreType, p v1beta1.PersistenceType) func(*v1beta1.ClusterStatus) {
+		return func(st *v1beta1.ClusterStatus) {
+			st.Datastore = &v1beta1.DatastoreStatus{Type: ds}
+			st.PersistenceType = p
+		}
+	}
 	run := func(t *testing.T, c *v1beta1.Cluster, steps []step) {
 		t.Helper()
 		if err := k8s.Create(ctx, c); err != nil {
@@ -279,6 +295,13 @@ func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 			live := &v1beta1.Cluster{}
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), live); err != nil {
 				t.Fatal(err)
+			}
+			if s.status != nil {
+				s.status(&live.Status)
+				if err := k8s.Status().Update(ctx, live); err != nil {
+					t.Fatalf("%s: the status write was refused: %v", s.name, err)
+				}
+				continue
 			}
 			s.change(live)
 			err := k8s.Update(ctx, live)
@@ -292,33 +315,39 @@ func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 			}
 		}
 	}
+	const notSwitched = "only while a migration from sqlite has not switched"
 
 	t.Run("from sqlite", func(t *testing.T) {
 		run(t, newCluster(ns, "migrate-sqlite", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.SQLiteDatastore }), []step{
-			{"to etcd without the mark", toEtcd(false), "datastore.type is immutable"},
-			{"the mark without the type", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, "datastore.migrateFrom may only be set when datastore.type is etcd"},
-			{"the mark with another value", func(c *v1beta1.Cluster) {
+			{name: "recorded sqlite", status: recorded(v1beta1.SQLiteDatastore, v1beta1.DynamicPersistence)},
+			{name: "the mark without the type", change: func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, wantIn: "datastore.migrateFrom may only be set when datastore.type is etcd"},
+			{name: "the mark with another value", change: func(c *v1beta1.Cluster) {
 				toEtcd(false)(c)
 				c.Spec.Datastore.MigrateFrom = v1beta1.EtcdDatastore
-			}, "spec.datastore.migrateFrom: Unsupported value"},
-			{"to etcd with the mark", toEtcd(true), ""},
-			{"growing before the switch", func(c *v1beta1.Cluster) { c.Spec.Servers = 3 }, ""},
-			{"back to sqlite before the switch (abort)", back, ""},
-			{"to etcd with the mark again", toEtcd(true), ""},
-			{"the switch: the mark removed", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = "" }, ""},
-			{"back to sqlite after the switch", back, "datastore.type is immutable"},
-			{"the mark again after the switch", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, "datastore.migrateFrom is set only together with the change"},
+			}, wantIn: "spec.datastore.migrateFrom: Unsupported value"},
+			{name: "to etcd with 3 servers, the type change alone", change: toEtcd(false)},
+			{name: "back to sqlite before the switch", change: back},
+			{name: "to etcd with the mark (earlier k3kcli)", change: toEtcd(true)},
+			{name: "back again", change: back},
+			{name: "to etcd again", change: toEtcd(false)},
+			{name: "the controller records the switch", status: recorded(v1beta1.EtcdDatastore, v1beta1.DynamicPersistence)},
+			{name: "back to sqlite after the switch", change: back, wantIn: notSwitched},
+			{name: "the mark after the switch", change: func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, wantIn: "datastore.migrateFrom is set only together with the change"},
 		})
 	})
 	t.Run("from the default datastore", func(t *testing.T) {
 		run(t, newCluster(ns, "migrate-default"), []step{
-			{"to etcd with the mark", toEtcd(true), ""},
+			{name: "recorded sqlite", status: recorded(v1beta1.SQLiteDatastore, v1beta1.DynamicPersistence)},
+			{name: "to etcd", change: toEtcd(false)},
+		})
+	})
+	t.Run("ephemeral", func(t *testing.T) {
+		run(t, newCluster(ns, "migrate-ephemeral", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.SQLiteDatastore }), []step{
+			{name: "recorded sqlite on an emptyDir", status: recorded(v1beta1.SQLiteDatastore, v1beta1.EphemeralPersistence)},
+			{name: "to etcd", change: toEtcd(false), wantIn: "persistence ephemeral cannot be migrated"},
 		})
 	})
 	t.Run("the mark at creation", func(t *testing.T) {
-		// A Cluster created with the mark over kept etcd volumes would get
-		// member 0's bootstrapping roster, which the controller never
-		// publishes for data: the mark only makes sense on an update.
 		c := newCluster(ns, "migrate-create", func(c *v1beta1.Cluster) {
 			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
 			c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore
@@ -330,8 +359,10 @@ func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 	})
 	t.Run("from etcd", func(t *testing.T) {
 		run(t, newCluster(ns, "migrate-etcd", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.EtcdDatastore }), []step{
-			{"a mark on a cluster that was etcd", func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, "datastore.migrateFrom is set only together with the change"},
-			{"to sqlite", back, "datastore.type is immutable"},
+			{name: "to sqlite before any status", change: back, wantIn: notSwitched},
+			{name: "recorded etcd", status: recorded(v1beta1.EtcdDatastore, v1beta1.DynamicPersistence)},
+			{name: "a mark on a cluster that was etcd", change: func(c *v1beta1.Cluster) { c.Spec.Datastore.MigrateFrom = v1beta1.SQLiteDatastore }, wantIn: "datastore.migrateFrom is set only together with the change"},
+			{name: "to sqlite", change: back, wantIn: notSwitched},
 		})
 	})
 	t.Run("from external", func(t *testing.T) {
@@ -339,10 +370,10 @@ func TestAdmissionAllowsOnlyTheMigrationFromSQLiteToEtcd(t *testing.T) {
 			c.Spec.Datastore.Type = v1beta1.ExternalDatastore
 			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db:5432/k3s"}
 		}), []step{
-			{"to etcd with the mark", func(c *v1beta1.Cluster) {
-				toEtcd(true)(c)
+			{name: "to etcd", change: func(c *v1beta1.Cluster) {
+				toEtcd(false)(c)
 				c.Spec.Datastore.External = nil
-			}, "datastore.type is immutable"},
+			}, wantIn: "datastore.type is immutable"},
 		})
 	})
 }
