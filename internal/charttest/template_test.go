@@ -55,13 +55,13 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		values: "",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			c := d.Spec.Template.Spec.Containers[0]
-			if c.Image != "k3k-io/k3k-controller:v0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+			if c.Image != "k3k-io/k3k-controller:v0.2.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
 				t.Errorf("controller image %s (%s), want the appVersion tag", c.Image, c.ImagePullPolicy)
 			}
 			wantArgs(t, d,
 				"--leader-elect=true", "--leader-election-namespace="+releaseNS,
 				"--server-image=rancher/k3s", "--default-version=v1.34.3-k3s1",
-				"--datastore-image=k3k-io/k3k-datastore:v0.1.0", "--agent-image=k3k-io/k3k-kubelet:v0.1.0",
+				"--datastore-image=k3k-io/k3k-datastore:v0.2.0", "--agent-image=k3k-io/k3k-kubelet:v0.2.0",
 				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
 				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
 				"--watch-namespaces=", "--workers=4", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
@@ -103,8 +103,8 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			if got := d.Spec.Template.Spec.Containers[0].Image; got != r+"k3k-io/k3k-controller:v9.9.9" {
 				t.Errorf("controller image %s", got)
 			}
-			wantArgs(t, d, "--server-image="+r+"rancher/k3s", "--datastore-image="+r+"k3k-io/k3k-datastore:v0.1.0",
-				"--agent-image="+r+"k3k-io/k3k-kubelet:v0.1.0", "--image-pull-secrets=regcred,other-cred")
+			wantArgs(t, d, "--server-image="+r+"rancher/k3s", "--datastore-image="+r+"k3k-io/k3k-datastore:v0.2.0",
+				"--agent-image="+r+"k3k-io/k3k-kubelet:v0.2.0", "--image-pull-secrets=regcred,other-cred")
 			want := []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "other-cred"}}
 			if !slices.Equal(d.Spec.Template.Spec.ImagePullSecrets, want) {
 				t.Errorf("pod pull secrets %v, want %v", d.Spec.Template.Spec.ImagePullSecrets, want)

@@ -2,10 +2,12 @@ package charttest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"io/fs"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,66 +19,18 @@ import (
 	"github.com/k3k-io/k3k/internal/testenv"
 )
 
-// previousChart writes the chart as version 0.1.0 shipped it into a scratch
-// directory: the CRD in crds/ (installed once by helm, never upgraded), no
-// templates/crds.yaml, and a CRD without the fields added since (spec.paused).
-func previousChart(t *testing.T) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "k3k")
-	err := filepath.WalkDir(chartDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(chartDir, path)
-		switch {
-		case rel == "files" || rel == filepath.Join("templates", "crds.yaml"):
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		case d.IsDir():
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if rel == ".helmignore" {
-			data = []byte(strings.ReplaceAll(string(data), "/crds/\n", ""))
-		}
-		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dst, "crds", "k3k.io_clusters.yaml")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := map[string]any{}
-	if err := yaml.Unmarshal(data, &crd); err != nil {
-		t.Fatal(err)
-	}
-	versions, _, _ := unstructured.NestedSlice(crd, "spec", "versions")
-	v0 := versions[0].(map[string]any)
-	unstructured.RemoveNestedField(v0, "schema", "openAPIV3Schema", "properties", "spec", "properties", "paused")
-	versions[0] = v0
-	if err := unstructured.SetNestedSlice(crd, versions, "spec", "versions"); err != nil {
-		t.Fatal(err)
-	}
-	out, err := yaml.Marshal(crd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
+// previousChart is the chart as the last commit before templates/crds.yaml
+// (e9099f5, chart version 0.1.0) had it, made with `helm package`: the CRD in
+// crds/, which helm installs once and never upgrades, without the fields
+// added since. docs/upgrade.md says how to make it again.
+var previousChart = filepath.Join("testdata", "k3k-0.1.0.tgz")
 
-// hasPausedField reports whether the stored CRD's schema knows spec.paused.
-func hasPausedField(t *testing.T, c client.Client) (bool, *unstructured.Unstructured) {
+// newFields are paths under the Cluster schema's spec.properties that the
+// current CRD has and the previous chart's lacks.
+var newFields = [][]string{{"backup"}, {"ingresses"}, {"restoreFrom"}, {"datastore", "properties", "etcd"}}
+
+// crdLacks lists the newFields the stored CRD's schema does not have.
+func crdLacks(t *testing.T, c client.Client) ([]string, *unstructured.Unstructured) {
 	t.Helper()
 	crd := &unstructured.Unstructured{}
 	crd.SetAPIVersion("apiextensions.k8s.io/v1")
@@ -85,15 +39,22 @@ func hasPausedField(t *testing.T, c client.Client) (bool, *unstructured.Unstruct
 		t.Fatalf("getting the CRD: %v", err)
 	}
 	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	_, found, _ := unstructured.NestedMap(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties", "paused")
-	return found, crd
+	spec := []string{"schema", "openAPIV3Schema", "properties", "spec", "properties"}
+	var lacks []string
+	for _, f := range newFields {
+		if _, found, _ := unstructured.NestedMap(versions[0].(map[string]any), append(slices.Clone(spec), f...)...); !found {
+			lacks = append(lacks, strings.Join(f, "."))
+		}
+	}
+	return lacks, crd
 }
 
-// TestHelmUpgradeUpdatesTheCRD installs the previous chart (CRD from crds/)
-// with helm on a kube-apiserver of its own, then upgrades to this chart: the
-// first upgrade takes the CRD over (--take-ownership, as docs/upgrade.md
-// says) and updates its schema, later upgrades need nothing, and uninstalling
-// keeps the CRD and the Clusters.
+// TestHelmUpgradeUpdatesTheCRD installs the previous chart release (CRD from
+// crds/) with helm on a kube-apiserver of its own and makes a Cluster with
+// it, then upgrades to this chart: the first upgrade takes the CRD over
+// (--take-ownership, as docs/upgrade.md says) and updates its schema, the
+// Cluster is still there and takes the new fields, later upgrades need
+// nothing, and uninstalling keeps the CRD and the Clusters.
 func TestHelmUpgradeUpdatesTheCRD(t *testing.T) {
 	env, err := testenv.StartEnvtest()
 	if err != nil {
@@ -114,13 +75,44 @@ func TestHelmUpgradeUpdatesTheCRD(t *testing.T) {
 		t.Logf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)
 		return out + stderr, err
 	}
+	chartOfRelease := func() string {
+		out, err := run("list", "--output", "json")
+		if err != nil {
+			t.Fatal("helm list failed")
+		}
+		var releases []struct{ Name, Chart string }
+		if err := json.Unmarshal([]byte(out), &releases); err != nil || len(releases) != 1 {
+			t.Fatalf("helm list: %v, %d releases", err, len(releases))
+		}
+		return releases[0].Chart
+	}
+	current, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := struct{ Version string }{}
+	if err := yaml.Unmarshal(current, &meta); err != nil {
+		t.Fatal(err)
+	}
 
-	if _, err := run("install", "k3k", previousChart(t), "--create-namespace"); err != nil {
+	if _, err := run("install", "k3k", previousChart, "--create-namespace"); err != nil {
 		t.Fatal("installing the previous chart failed")
 	}
+	if got := chartOfRelease(); got != "k3k-0.1.0" || meta.Version == "0.1.0" {
+		t.Fatalf("installed %s, upgrading to %s: the chart version was not raised", got, meta.Version)
+	}
 	installCRDsEstablished(t, env.Client)
-	if found, _ := hasPausedField(t, env.Client); found {
-		t.Fatal("the previous chart's CRD already has spec.paused; the test proves nothing")
+	if lacks, _ := crdLacks(t, env.Client); len(lacks) != len(newFields) {
+		t.Fatalf("the previous chart's CRD lacks only %v of %v; the test proves nothing", lacks, newFields)
+	}
+	// A Cluster made with the previous CRD, which the upgrade must keep.
+	kept := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "k3k.io/v1beta1", "kind": "Cluster",
+		"metadata": map[string]any{"name": "kept", "namespace": "k3k-system"},
+		"spec":     map[string]any{"tlsSANs": []any{"kept.example.com"}, "paused": true},
+	}}
+	if err := env.Client.Create(context.Background(), kept); err != nil {
+		t.Fatalf("creating a Cluster with the previous CRD: %v", err)
 	}
 
 	// The CRD helm installed from crds/ carries no release ownership: a plain
@@ -129,33 +121,47 @@ func TestHelmUpgradeUpdatesTheCRD(t *testing.T) {
 	if err == nil || !strings.Contains(out, "invalid ownership metadata") {
 		t.Fatalf("a plain first upgrade: %v, want the ownership refusal", err)
 	}
+	if lacks, _ := crdLacks(t, env.Client); len(lacks) != len(newFields) {
+		t.Fatalf("the refused upgrade changed the CRD (it lacks only %v)", lacks)
+	}
 	if _, err := run("upgrade", "k3k", chartDir, "--take-ownership"); err != nil {
 		t.Fatal("the first upgrade with --take-ownership failed")
 	}
-	found, crd := hasPausedField(t, env.Client)
-	if !found {
-		t.Fatal("helm upgrade did not update the CRD: spec.paused is missing")
+	if got := chartOfRelease(); got != "k3k-"+meta.Version {
+		t.Errorf("the release runs %s after the upgrade, want k3k-%s", got, meta.Version)
+	}
+	lacks, crd := crdLacks(t, env.Client)
+	if len(lacks) != 0 {
+		t.Fatalf("helm upgrade did not update the CRD: %v missing", lacks)
 	}
 	if crd.GetAnnotations()["meta.helm.sh/release-name"] != "k3k" || crd.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
 		t.Errorf("the CRD is not the release's, kept on uninstall: %v", crd.GetAnnotations())
 	}
 	installCRDsEstablished(t, env.Client)
 
-	// A field of the new schema is stored, not pruned (the API server takes
-	// a moment to serve a changed schema, hence the retries).
-	cl := &unstructured.Unstructured{}
-	waitFor(t, "a Cluster with spec.paused stored as written", func() error {
-		cl = &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "k3k.io/v1beta1", "kind": "Cluster",
-			"metadata": map[string]any{"name": "kept", "namespace": "k3k-system"},
-			"spec":     map[string]any{"paused": true},
-		}}
-		if err := env.Client.Create(context.Background(), cl); err != nil {
+	// The Cluster made before the upgrade is there, unchanged, and takes a
+	// field of the new schema, stored rather than pruned (the API server
+	// takes a moment to serve a changed schema, hence the retries).
+	waitFor(t, "the Cluster from before the upgrade to store spec.ingresses", func() error {
+		cl := &unstructured.Unstructured{}
+		cl.SetGroupVersionKind(kept.GroupVersionKind())
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(kept), cl); err != nil {
 			return err
 		}
-		if paused, _, _ := unstructured.NestedBool(cl.Object, "spec", "paused"); !paused {
-			_ = env.Client.Delete(context.Background(), cl)
-			return errors.New("spec.paused was pruned")
+		if cl.GetUID() != kept.GetUID() {
+			return fmt.Errorf("the Cluster was replaced (uid %s, was %s)", cl.GetUID(), kept.GetUID())
+		}
+		if sans, _, _ := unstructured.NestedStringSlice(cl.Object, "spec", "tlsSANs"); !slices.Equal(sans, []string{"kept.example.com"}) {
+			return fmt.Errorf("spec.tlsSANs is %v after the upgrade", sans)
+		}
+		if err := unstructured.SetNestedField(cl.Object, true, "spec", "ingresses", "enabled"); err != nil {
+			return err
+		}
+		if err := env.Client.Update(context.Background(), cl); err != nil {
+			return err
+		}
+		if on, _, _ := unstructured.NestedBool(cl.Object, "spec", "ingresses", "enabled"); !on {
+			return errors.New("spec.ingresses was pruned")
 		}
 		return nil
 	})
@@ -166,10 +172,10 @@ func TestHelmUpgradeUpdatesTheCRD(t *testing.T) {
 	if _, err := run("uninstall", "k3k"); err != nil {
 		t.Fatal("uninstall failed")
 	}
-	if found, _ := hasPausedField(t, env.Client); !found {
-		t.Error("the CRD is gone or changed after uninstall")
+	if lacks, _ := crdLacks(t, env.Client); len(lacks) != 0 {
+		t.Errorf("the CRD is gone or changed after uninstall (lacks %v)", lacks)
 	}
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cl), cl); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(kept), kept); err != nil {
 		if apierrors.IsNotFound(err) {
 			t.Fatal("uninstalling the chart deleted the Clusters")
 		}

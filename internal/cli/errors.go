@@ -96,7 +96,7 @@ func apiErr(err error, action string) error {
 		if errors.As(err, &status) {
 			e.Err = errors.New(invalidCauses(status))
 		}
-		e.Hint = "fix the rejected value; k3kcli cluster create --help lists the flags"
+		e.Hint = "fix the rejected value; the command's --help lists its flags"
 	case apierrors.IsForbidden(err):
 		e.Hint = "your kubeconfig's user lacks the rights; ask an admin or use --kubeconfig/--context for another user"
 	case apierrors.IsUnauthorized(err):

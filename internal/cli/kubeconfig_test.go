@@ -58,9 +58,18 @@ func TestKubeconfigGet(t *testing.T) {
 		if got := cfg.Clusters[cfg.CurrentContext].Server; got != want {
 			t.Errorf("server %q, want %q", got, want)
 		}
+		// stdout is the kubeconfig alone; stderr says the address works
+		// inside the host cluster only, and how to connect from here.
+		note := "note: the cluster is not exposed, so " + want + " works only inside the host cluster; from here run k3kcli cluster connect kc -n " + ns + " --merge"
+		if !strings.Contains(r.errOut, note) {
+			t.Errorf("stderr does not say %q:\n%s", note, r.errOut)
+		}
+		if strings.Contains(r.out, "note:") {
+			t.Errorf("the note went to stdout, into the kubeconfig:\n%s", r.out)
+		}
 	})
 
-	t.Run("written with mode 0600, server overridden, with a port-forward note", func(t *testing.T) {
+	t.Run("written with mode 0600, server overridden, without the in-cluster note", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "kc.yaml")
 		if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 			t.Fatal(err)
@@ -82,6 +91,9 @@ func TestKubeconfigGet(t *testing.T) {
 		}
 		if strings.Contains(r.out, "BEGIN") {
 			t.Error("credentials printed while writing a file")
+		}
+		if strings.Contains(r.out+r.errOut, "not exposed") {
+			t.Errorf("the in-cluster note shows although --server replaced the address:\n%s%s", r.out, r.errOut)
 		}
 	})
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,8 @@ type updateFlags struct {
 	version       string
 	addTLSSANs    []string
 	removeTLSSANs []string
+	addArgs       []string
+	removeArgs    []string
 	storageSize   string
 	wait          bool
 	timeout       time.Duration
@@ -31,17 +34,21 @@ func newUpdateCommand(o Options, g *globalFlags) *cobra.Command {
 	f := &updateFlags{}
 	cmd := &cobra.Command{
 		Use:   "update NAME",
-		Short: "Change a virtual cluster's servers, k3s version, TLS SANs or volume size",
+		Short: "Change a virtual cluster's servers, k3s version, TLS SANs, server arguments or volume size",
 		Long: `Change a virtual cluster: only the flags given change anything. The change is
 shown, then sent as a patch that fails if the cluster changed in between, and (with
 --wait, the default) k3kcli waits until the controller has acted on it
 (status.observedGeneration) and the cluster is ready again.
 
 Volumes only grow (the storage class must allow expansion). The number of servers
-follows the datastore: sqlite runs 1; etcd 1, 3, 5 or 7, one member at a time.`,
+follows the datastore: sqlite runs 1; etcd 1, 3, 5 or 7, one member at a time.
+Server arguments are added at the end of spec.serverArgs and removed by their exact
+text; the API server refuses the ones k3k sets itself (--token, --tls-san, ...).
+A change restarts the server pods, one at a time.`,
 		Example: `  k3kcli cluster update ha -n tenants --servers 5
   k3kcli cluster update dev --version v1.34.3-k3s1
-  k3kcli cluster update dev --add-tls-san dev.example.com --storage-size 20Gi`,
+  k3kcli cluster update dev --add-tls-san dev.example.com --storage-size 20Gi
+  k3kcli cluster update dev --add-server-arg=--kube-apiserver-arg=v=4 --remove-server-arg=--kube-apiserver-arg=v=2`,
 		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.timeout <= 0 {
@@ -59,6 +66,9 @@ follows the datastore: sqlite runs 1; etcd 1, 3, 5 or 7, one member at a time.`,
 	fl.StringVar(&f.version, "version", "", "k3s version (image tag), e.g. v1.34.3-k3s1")
 	fl.StringSliceVar(&f.addTLSSANs, "add-tls-san", nil, "name or address to add to the API certificate (repeatable)")
 	fl.StringSliceVar(&f.removeTLSSANs, "remove-tls-san", nil, "name or address to remove from the API certificate (repeatable)")
+	// Arrays, not slices: a k3s argument may hold commas (--disable=traefik,servicelb).
+	fl.StringArrayVar(&f.addArgs, "add-server-arg", nil, "k3s server argument to add, e.g. --add-server-arg=--kube-apiserver-arg=v=4 (repeatable)")
+	fl.StringArrayVar(&f.removeArgs, "remove-server-arg", nil, "k3s server argument to remove, as spec.serverArgs has it (repeatable)")
 	fl.StringVar(&f.storageSize, "storage-size", "", "new size of each server volume, e.g. 20Gi (grow only)")
 	fl.BoolVar(&f.wait, "wait", true, "wait until the controller applied the change and the cluster is ready")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long --wait waits")
@@ -159,6 +169,25 @@ func updatedCluster(cur *v1beta1.Cluster, f *updateFlags, serversSet bool) (*v1b
 		changes = append(changes, change{"spec.tlsSANs", "[" + strings.Join(cur.Spec.TLSSANs, ", ") + "]", "[" + strings.Join(sans, ", ") + "]"})
 		want.Spec.TLSSANs = sans
 	}
+	args := slices.Clone(cur.Spec.ServerArgs)
+	for _, a := range f.removeArgs {
+		if !slices.Contains(args, a) {
+			return nil, nil, usageErr("k3kcli cluster list -o yaml shows spec.serverArgs", "--remove-server-arg %q: the cluster has no such server argument", a)
+		}
+		args = slices.DeleteFunc(args, func(s string) bool { return s == a })
+	}
+	for _, a := range f.addArgs {
+		if strings.TrimSpace(a) == "" {
+			return nil, nil, usageErr("e.g. --add-server-arg=--kube-apiserver-arg=v=4", "--add-server-arg must not be empty")
+		}
+		args = appendUnique(args, a)
+	}
+	// The API server checks the arguments (the CRD's rules), so that create,
+	// update and kubectl are held to the same list.
+	if !slices.Equal(args, cur.Spec.ServerArgs) {
+		changes = append(changes, change{"spec.serverArgs", quotedList(cur.Spec.ServerArgs), quotedList(args)})
+		want.Spec.ServerArgs = args
+	}
 	if f.storageSize != "" {
 		if ephemeral(cur) {
 			return nil, nil, usageErr("drop --storage-size", "cluster %s/%s uses ephemeral persistence: it has no volumes to grow", cur.Namespace, cur.Name)
@@ -183,6 +212,15 @@ func updatedCluster(cur *v1beta1.Cluster, f *updateFlags, serversSet bool) (*v1b
 		}
 	}
 	return want, changes, nil
+}
+
+// quotedList shows arguments quoted, since one may hold a comma or a space.
+func quotedList(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = strconv.Quote(a)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 func orDefault(v string) string {

@@ -43,7 +43,28 @@ func TestUpdatePatchesOnlyWhatTheFlagsSay(t *testing.T) {
 		t.Errorf("fields the flags did not name changed: %+v", s)
 	}
 
-	r = k3kcli(t, "cluster", "update", "up", "-n", ns, "--servers", "5")
+	// Server arguments are held whole: one with a comma stays one argument.
+	r = k3kcli(t, "cluster", "update", "up", "-n", ns, "--wait=false",
+		"--add-server-arg=--disable=traefik,servicelb", "--remove-server-arg=--kube-apiserver-arg=v=2")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d: %s", r.code, r.errOut)
+	}
+	if want := `spec.serverArgs: ["--kube-apiserver-arg=v=2"] -> ["--disable=traefik,servicelb"]`; !strings.Contains(r.out, want) {
+		t.Errorf("stdout does not show %q:\n%s", want, r.out)
+	}
+	if strings.Contains(r.out, "spec.servers") || strings.Contains(r.out, "spec.tlsSANs") {
+		t.Errorf("stdout shows changes the flags did not ask for:\n%s", r.out)
+	}
+	after2 := getCluster(t, ns, "up")
+	if !slices.Equal(after2.Spec.ServerArgs, []string{"--disable=traefik,servicelb"}) || after2.Generation != after.Generation+1 {
+		t.Errorf("stored serverArgs %q, generation %d (want %d)", after2.Spec.ServerArgs, after2.Generation, after.Generation+1)
+	}
+	if after2.Spec.Servers != s.Servers || !slices.Equal(after2.Spec.TLSSANs, s.TLSSANs) || after2.Spec.Version != s.Version {
+		t.Errorf("fields the server-arg flags did not name changed: %+v", after2.Spec)
+	}
+	after = after2
+
+	r = k3kcli(t, "cluster", "update", "up", "-n", ns, "--servers", "5", "--add-server-arg=--disable=traefik,servicelb")
 	if r.code != ExitOK || !strings.Contains(r.out, "nothing to change") {
 		t.Fatalf("same value: exit %d, stdout %q", r.code, r.out)
 	}
@@ -63,22 +84,28 @@ func TestUpdateRefusesWhatCannotBeApplied(t *testing.T) {
 	before := getCluster(t, ns, "lite")
 	cases := []struct {
 		args []string
-		want string
+		want []string
 	}{
-		{[]string{"lite", "--servers", "3"}, "runs sqlite, which runs exactly 1 server"},
-		{[]string{"lite", "--servers", "0"}, "out of range"},
-		{[]string{"lite", "--storage-size", "1Gi"}, "smaller than the current 5Gi"},
-		{[]string{"lite", "--storage-size", "lots"}, "not a positive quantity"},
-		{[]string{"lite", "--remove-tls-san", "nope.example.com"}, "has no such TLS SAN"},
-		{[]string{"lite", "--version", "v1/../x"}, "is not an image tag"},
-		{[]string{"eph", "--storage-size", "5Gi"}, "no volumes to grow"},
+		{[]string{"lite", "--servers", "3"}, []string{"runs sqlite, which runs exactly 1 server"}},
+		{[]string{"lite", "--servers", "0"}, []string{"out of range"}},
+		{[]string{"lite", "--storage-size", "1Gi"}, []string{"smaller than the current 5Gi"}},
+		{[]string{"lite", "--storage-size", "lots"}, []string{"not a positive quantity"}},
+		{[]string{"lite", "--remove-tls-san", "nope.example.com"}, []string{"has no such TLS SAN"}},
+		{[]string{"lite", "--version", "v1/../x"}, []string{"is not an image tag"}},
+		{[]string{"lite", "--remove-server-arg=--disable=traefik"}, []string{"has no such server argument"}},
+		{[]string{"lite", "--add-server-arg="}, []string{"must not be empty"}},
+		// Refused by admission (the CRD's rules), not by k3kcli: the same
+		// message create gets, and nothing changes.
+		{[]string{"lite", "--add-server-arg=--token=x"}, []string{"updating cluster " + ns + "/lite",
+			"serverArgs: --token is set by k3k and cannot be overridden", "hint: fix the rejected value"}},
+		{[]string{"eph", "--storage-size", "5Gi"}, []string{"no volumes to grow"}},
 	}
 	for _, tc := range cases {
 		r := k3kcli(t, append([]string{"cluster", "update", "-n", ns}, tc.args...)...)
 		if r.code != ExitUsage {
 			t.Errorf("%v: exit %d, want %d", tc.args, r.code, ExitUsage)
 		}
-		assertOneLineError(t, r.errOut, tc.want)
+		assertOneLineError(t, r.errOut, tc.want...)
 	}
 	if g := getCluster(t, ns, "lite").Generation; g != before.Generation {
 		t.Errorf("a refused update changed the cluster (generation %d -> %d)", before.Generation, g)
