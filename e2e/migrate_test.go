@@ -43,20 +43,8 @@ func TestMigrateSQLiteToEtcd(t *testing.T) {
 	w := workload{namespace: ns}
 	w.create(t, v.client)
 	writeKept(t, v.client, ns, "object", 50)
-	if err := retry(func(ctx context.Context) error {
-		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var hostPod *corev1.Pod
-	eventually(t, 3*time.Minute, "the agent's host pod of Deployment client, running", func(ctx context.Context) (bool, error) {
-		hostPod = runningHostPod(ctx, v, ns, "client-")
-		return hostPod != nil, nil
-	})
+	createClientDeployment(t, v, ns)
+	hostPod := waitClientHostPod(t, v, ns)
 	before := contents(keptObjects(t, v.client))
 	var oldRV string
 	if err := retry(func(ctx context.Context) error {
@@ -125,20 +113,8 @@ func TestMigrateSQLiteToEtcdWithK3kcli(t *testing.T) {
 	w := workload{namespace: ns}
 	w.create(t, v.client)
 	writeKept(t, v.client, ns, "object", 20)
-	if err := retry(func(ctx context.Context) error {
-		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var hostPod *corev1.Pod
-	eventually(t, 3*time.Minute, "the agent's host pod of Deployment client, running", func(ctx context.Context) (bool, error) {
-		hostPod = runningHostPod(ctx, v, ns, "client-")
-		return hostPod != nil, nil
-	})
+	createClientDeployment(t, v, ns)
+	hostPod := waitClientHostPod(t, v, ns)
 	before := contents(keptObjects(t, v.client))
 	probe := startDowntimeProbe(v.client)
 	start := time.Now()
@@ -216,6 +192,34 @@ func checkRelist(t *testing.T, v *vcluster, ns, rv string) {
 			return false, fmt.Errorf("a watch from resourceVersion %s of before the migration was neither refused nor served", rv)
 		}
 	})
+}
+
+// createClientDeployment creates Deployment client (clientDeployment) in
+// the virtual namespace ns; one that exists already is fine, so a retried
+// create that did land is no failure.
+func createClientDeployment(t *testing.T, v *vcluster, ns string) {
+	t.Helper()
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitClientHostPod waits up to 3 minutes for the agent's running host pod
+// of Deployment client in the virtual namespace ns.
+func waitClientHostPod(t *testing.T, v *vcluster, ns string) *corev1.Pod {
+	t.Helper()
+	var hostPod *corev1.Pod
+	eventually(t, 3*time.Minute, "the agent's host pod of Deployment client, running", func(ctx context.Context) (bool, error) {
+		hostPod = runningHostPod(ctx, v, ns, "client-")
+		return hostPod != nil, nil
+	})
+	return hostPod
 }
 
 // runningHostPod is the agent's running host copy of a virtual pod in ns

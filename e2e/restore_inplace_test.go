@@ -49,21 +49,9 @@ func restoreInPlace(t *testing.T, name string, flags ...string) {
 	w := workload{namespace: ns}
 	w.create(t, v.client)
 	// A Deployment the agent runs, in the snapshot and deleted after it.
-	if err := retry(func(ctx context.Context) error {
-		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	createClientDeployment(t, v, ns)
 	writeKept(t, v.client, ns, "object", 50)
-	var snapHost *corev1.Pod
-	eventually(t, 3*time.Minute, "the agent's host pod of Deployment client, running", func(ctx context.Context) (bool, error) {
-		snapHost = runningHostPod(ctx, v, ns, "client-")
-		return snapHost != nil, nil
-	})
+	snapHost := waitClientHostPod(t, v, ns)
 	snapPod := snapHost.Annotations["k3k.io/virtual-name"]
 	before := contents(keptObjects(t, v.client))
 	file := filepath.Join(cfg.workDir, name+".snapshot")
