@@ -135,17 +135,25 @@ type pair struct {
 	stopA func()
 }
 
-func startPair(t *testing.T) *pair {
+// memberPKI makes a CA and a member certificate for "localhost", as the
+// controller makes them for a member's pod.
+func memberPKI(t *testing.T) (ca, member pki.KeyPair) {
 	t.Helper()
-	dir := t.TempDir()
 	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
+	member, err = pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ca, member
+}
+
+func startPair(t *testing.T) *pair {
+	t.Helper()
+	dir := t.TempDir()
+	ca, kp := memberPKI(t)
 	f := &pair{dir: dir, rosterFile: filepath.Join(dir, "members.json"),
 		caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key")}
 	for path, b := range map[string][]byte{f.caFile: ca.CertPEM, f.certFile: kp.CertPEM, f.keyFile: kp.KeyPEM} {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/datastore/sqlite"
-	"github.com/k3k-io/k3k/pkg/pki"
 )
 
 // migrationMember is etcd member 0 of a migration run as the built sidecar
@@ -40,14 +39,7 @@ type migrationMember struct {
 func newMigrationMember(t *testing.T, sqliteDir string) *migrationMember {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := pki.NewCA("etcd-ca", time.Now(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := pki.Issue(ca, pki.MemberSpec("member", "localhost"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, kp := memberPKI(t)
 	files := map[string][]byte{"ca.crt": ca.CertPEM, "tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
