@@ -55,7 +55,7 @@ func main() {
 	}
 	bin := flag.String("datastore-bin", "", "path of the datastore binary (built with CGO_ENABLED=0)")
 	dir := flag.String("dir", "/var/tmp", "directory on the disk to measure; every datastore gets a subdirectory")
-	kinds := flag.String("datastores", "sqlite,kine,etcd", "datastores to run: sqlite, sqlite-commit, sqlite-v2 (ours with --backend v2), sqlite-base, kine, etcd, etcd-checks (etcd with the corruption checks our members run)")
+	kinds := flag.String("datastores", "sqlite-v2,sqlite,kine,etcd", "datastores to run: sqlite-v2 (ours with --backend v2, the default backend), sqlite (ours with --backend kine, the default before v2), sqlite-commit (--backend kine --sync commit), sqlite-base, kine (stock), etcd, etcd-checks (etcd with the corruption checks our members run)")
 	checkEvery := flag.Duration("corrupt-check-interval", 5*time.Second, "the periodic corruption check's interval for etcd-checks (members run it every 5m; shorter, so that hash passes happen during the run)")
 	baseBin := flag.String("base-datastore-bin", "", "another build of the datastore binary, run as the sqlite-base column (e.g. the last release), so that a change is compared side by side in one run")
 	scale := flag.Float64("scale", 1, "multiplies the number of operations")
