@@ -229,34 +229,13 @@ func runMigrateAbort(ctx context.Context, o Options, s *session, name string) er
 	return nil
 }
 
-// followMigration polls the cluster, printing the Migrating condition
-// (reason and message) and the ready servers whenever they change, until
+// followMigration follows the cluster (followCluster), printing the
+// Migrating condition and the ready servers whenever they change, until
 // done says so or fails.
 func followMigration(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, start time.Time, done func(*v1beta1.Cluster) (bool, error)) (*v1beta1.Cluster, error) {
-	key := client.ObjectKeyFromObject(c)
-	var last string
-	for {
-		cur := &v1beta1.Cluster{}
-		if err := s.client.Get(ctx, key, cur); err != nil {
-			if ctx.Err() != nil {
-				return nil, &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s: the migration did not finish in time; last: %s", c.Namespace, c.Name, last), Hint: migrateHint}
-			}
-			return nil, apiErr(err, fmt.Sprintf("reading cluster %s/%s", c.Namespace, c.Name))
-		}
-		if state := migrationState(cur); state != last {
-			fmt.Fprintf(o.Err, "[%6s] %s\n", o.Now().Sub(start).Round(time.Second), state)
-			last = state
-		}
-		ok, err := done(cur)
-		if err != nil || ok {
-			return cur, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s: the migration did not finish in time; last: %s", c.Namespace, c.Name, last), Hint: migrateHint}
-		case <-time.After(o.PollInterval):
-		}
-	}
+	return followCluster(ctx, o, s, c, start, migrationState, done, func(last string) error {
+		return &Error{Code: ExitTimeout, Msg: fmt.Sprintf("cluster %s/%s: the migration did not finish in time; last: %s", c.Namespace, c.Name, last), Hint: migrateHint}
+	})
 }
 
 // migrationState is one line for the Migrating condition and the servers.

@@ -101,38 +101,31 @@ func runPause(ctx context.Context, o Options, s *session, f *pauseFlags, name st
 // waitPaused waits until the controller reports the Paused condition True
 // for the generation that set spec.paused.
 func waitPaused(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, timeout time.Duration) error {
-	start := o.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last string
-	for {
-		cur := &v1beta1.Cluster{}
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
-			if ctx.Err() != nil {
-				return timeoutErr(c, timeout, last)
-			}
-			return apiErr(err, fmt.Sprintf("waiting for cluster %s/%s", c.Namespace, c.Name))
-		}
-		cond := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPaused)
-		state := "waiting for the controller to see spec.paused"
-		if cur.Status.ObservedGeneration >= c.Generation && cond != nil {
-			state = string(cur.Status.Phase) + ": Paused=" + cond.Reason + " (" + cond.Message + ")"
-			if cond.Reason == v1beta1.ReasonPauseUnsupported {
-				return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s was not paused: %s", c.Namespace, c.Name, cond.Message),
-					Hint: fmt.Sprintf("clear it with k3kcli cluster resume %s -n %s", c.Name, c.Namespace)}
-			}
-		}
-		if state != last {
-			fmt.Fprintf(o.Err, "[%6s] %s\n", o.Now().Sub(start).Round(time.Second), state)
-			last = state
-		}
-		if cur.Status.ObservedGeneration >= c.Generation && cond != nil && cond.Status == metav1.ConditionTrue {
+	seen := func(cur *v1beta1.Cluster) *metav1.Condition {
+		if cur.Status.ObservedGeneration < c.Generation {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return timeoutErr(c, timeout, last)
-		case <-time.After(o.PollInterval):
-		}
+		return meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPaused)
 	}
+	state := func(cur *v1beta1.Cluster) string {
+		if cond := seen(cur); cond != nil {
+			return string(cur.Status.Phase) + ": Paused=" + cond.Reason + " (" + cond.Message + ")"
+		}
+		return "waiting for the controller to see spec.paused"
+	}
+	done := func(cur *v1beta1.Cluster) (bool, error) {
+		cond := seen(cur)
+		if cond == nil {
+			return false, nil
+		}
+		if cond.Reason == v1beta1.ReasonPauseUnsupported {
+			return false, &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s was not paused: %s", c.Namespace, c.Name, cond.Message),
+				Hint: fmt.Sprintf("clear it with k3kcli cluster resume %s -n %s", c.Name, c.Namespace)}
+		}
+		return cond.Status == metav1.ConditionTrue, nil
+	}
+	_, err := followCluster(ctx, o, s, c, o.Now(), state, done, func(last string) error { return timeoutErr(c, timeout, last) })
+	return err
 }

@@ -211,3 +211,33 @@ func timeoutErr(c *v1beta1.Cluster, timeout time.Duration, last string) error {
 		Hint: fmt.Sprintf("it keeps starting in the background: check it with k3kcli cluster list -n %s, fetch its kubeconfig later with k3kcli kubeconfig get %s -n %s, or raise --timeout", c.Namespace, c.Name, c.Namespace),
 	}
 }
+
+// followCluster reads c every PollInterval and prints the line state makes
+// of it whenever that line changes, until done says the cluster got where
+// the command waits for, or fails. When ctx ends it returns onTimeout's
+// error, given the last line printed.
+func followCluster(ctx context.Context, o Options, s *session, c *v1beta1.Cluster, start time.Time,
+	state func(*v1beta1.Cluster) string, done func(*v1beta1.Cluster) (bool, error), onTimeout func(last string) error) (*v1beta1.Cluster, error) {
+	var last string
+	for {
+		cur := &v1beta1.Cluster{}
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
+			if ctx.Err() != nil {
+				return nil, onTimeout(last)
+			}
+			return nil, apiErr(err, fmt.Sprintf("waiting for cluster %s/%s", c.Namespace, c.Name))
+		}
+		if line := state(cur); line != last {
+			fmt.Fprintf(o.Err, "[%6s] %s\n", o.Now().Sub(start).Round(time.Second), line)
+			last = line
+		}
+		if ok, err := done(cur); err != nil || ok {
+			return cur, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, onTimeout(last)
+		case <-time.After(o.PollInterval):
+		}
+	}
+}
