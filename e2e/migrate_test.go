@@ -37,15 +37,8 @@ import (
 // virtual API answered nothing, sampled every 250 ms) is logged.
 func TestMigrateSQLiteToEtcd(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "migrate", "--datastore", "sqlite", "--persistence-type", "dynamic")
-	waitAgentNode(t, v)
 	const ns = "drill"
-	w := workload{namespace: ns}
-	w.create(t, v.client)
-	writeKept(t, v.client, ns, "object", 50)
-	createClientDeployment(t, v, ns)
-	hostPod := waitClientHostPod(t, v, ns)
-	before := contents(keptObjects(t, v.client))
+	v, hostPod, before := sqliteClusterToMigrate(t, "migrate", ns, 50)
 	var oldRV string
 	if err := retry(func(ctx context.Context) error {
 		list, err := v.client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
@@ -107,15 +100,8 @@ func TestMigrateSQLiteToEtcd(t *testing.T) {
 // workload's host pod the same, writable.
 func TestMigrateSQLiteToEtcdWithK3kcli(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "migrate-cli", "--datastore", "sqlite", "--persistence-type", "dynamic")
-	waitAgentNode(t, v)
 	const ns = "drill"
-	w := workload{namespace: ns}
-	w.create(t, v.client)
-	writeKept(t, v.client, ns, "object", 20)
-	createClientDeployment(t, v, ns)
-	hostPod := waitClientHostPod(t, v, ns)
-	before := contents(keptObjects(t, v.client))
+	v, hostPod, before := sqliteClusterToMigrate(t, "migrate-cli", ns, 20)
 	probe := startDowntimeProbe(v.client)
 	start := time.Now()
 	out := k3kcliWithin(t, 15*time.Minute, "cluster", "migrate", v.name, "-n", v.namespace, "--to", "etcd", "--servers", "1", "--yes", "--timeout", "14m")
@@ -192,6 +178,23 @@ func checkRelist(t *testing.T, v *vcluster, ns, rv string) {
 			return false, fmt.Errorf("a watch from resourceVersion %s of before the migration was neither refused nor served", rv)
 		}
 	})
+}
+
+// sqliteClusterToMigrate makes what both migration drills start from: a
+// SQLite cluster on a volume with the agent's node, the workload, as many
+// kept ConfigMaps as objects in the virtual namespace ns, and Deployment
+// client running on the host. It returns the cluster, the host pod of Deployment client and
+// the content of the kept objects.
+func sqliteClusterToMigrate(t *testing.T, name, ns string, objects int) (*vcluster, *corev1.Pod, map[string]string) {
+	t.Helper()
+	v := createCluster(t, name, "--datastore", "sqlite", "--persistence-type", "dynamic")
+	waitAgentNode(t, v)
+	w := workload{namespace: ns}
+	w.create(t, v.client)
+	writeKept(t, v.client, ns, "object", objects)
+	createClientDeployment(t, v, ns)
+	hostPod := waitClientHostPod(t, v, ns)
+	return v, hostPod, contents(keptObjects(t, v.client))
 }
 
 // createClientDeployment creates Deployment client (clientDeployment) in
