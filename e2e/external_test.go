@@ -127,6 +127,23 @@ func TestExternalPostgres(t *testing.T) {
 		serving(t, v.client, 3*time.Minute)
 		w := workload{namespace: "kept-in-postgres"}
 		w.create(t, v.client)
+		// k3s's environment holds the DSN with its password; the publisher
+		// must not be able to read it (docs/security.md, "One PID namespace
+		// per server pod").
+		t.Run("the publisher cannot see k3s, whose environment holds the password", func(t *testing.T) {
+			k3s := serverContainerPIDs(t, v, "k3s")
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", k3s[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(env), pgPassword) {
+				t.Fatalf("k3s's environment does not hold the password: nothing here to protect?")
+			}
+			publisher := serverContainerPIDs(t, v, "kubeconfig-publisher")
+			if a, b := pidNamespace(t, k3s[0]), pidNamespace(t, publisher[0]); a == b {
+				t.Errorf("k3s and the publisher share PID namespace %s: the publisher can read k3s's environment", a)
+			}
+		})
 
 		r := deleteServerPod(t, v)
 		t.Logf("recovery on PostgreSQL with an empty data dir: pod ready %s, API serving %s", r.podReady.Round(time.Millisecond), r.apiServing.Round(time.Millisecond))

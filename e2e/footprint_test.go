@@ -6,9 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,8 +34,7 @@ import (
 //	FOOTPRINT_VARIANTS  the clusters to measure, one after the other, separated by ';':
 //	                    NAME or NAME=ITEM ITEM… (space-separated) where an ITEM is a k3s server argument
 //	                    (given to k3kcli --server-args) or env:NAME=VALUE (spec.serverEnvs,
-//	                    set after creation; the server pod rolls) or pod:shareProcessNamespace
-//	                    (set on the server StatefulSet after creation). Default "default".
+//	                    set after creation; the server pod rolls). Default "default".
 //
 // Memory is read on the node (the suite runs as root on the host cluster's
 // only node): the processes of each container are those in its cgroup
@@ -51,10 +47,6 @@ type footprintVariant struct {
 	name       string
 	serverArgs []string
 	envs       []v1beta1.ServerEnvVar
-	// shareProcessNamespace is set on the server StatefulSet's pod template
-	// after creation (the controller keeps a field it does not set), so that
-	// k3s is not the container's PID 1 and does not fork its `k3s init` reaper.
-	shareProcessNamespace bool
 }
 
 func footprintVariants(t *testing.T) []footprintVariant {
@@ -73,8 +65,6 @@ func footprintVariants(t *testing.T) []footprintVariant {
 		for _, it := range strings.Fields(items) {
 			switch {
 			case it == "":
-			case it == "pod:shareProcessNamespace":
-				v.shareProcessNamespace = true
 			case strings.HasPrefix(it, "env:"):
 				k, val, ok := strings.Cut(strings.TrimPrefix(it, "env:"), "=")
 				if !ok {
@@ -142,9 +132,6 @@ func TestFootprint(t *testing.T) {
 			if len(variant.envs) > 0 {
 				setServerEnvs(t, v, variant.envs)
 			}
-			if variant.shareProcessNamespace {
-				shareServerProcessNamespace(t, v)
-			}
 			waitAgentNode(t, v)
 			t.Logf("variant %s: server args %q, envs %v; idle for %s", variant.name, variant.serverArgs, variant.envs, idle)
 			time.Sleep(idle)
@@ -192,19 +179,6 @@ func setServerEnvs(t *testing.T, v *vcluster, envs []v1beta1.ServerEnvVar) {
 	c.Spec.ServerEnvs = envs
 	if err := crc.Update(context.Background(), &c); err != nil {
 		t.Fatalf("setting serverEnvs: %v", err)
-	}
-	waitPodReplaced(t, v, old, 5*time.Minute)
-	serving(t, v.client, 3*time.Minute)
-}
-
-// shareServerProcessNamespace sets shareProcessNamespace on the server
-// StatefulSet's pod template and waits for the rolled server pod.
-func shareServerProcessNamespace(t *testing.T, v *vcluster) {
-	t.Helper()
-	old := getPod(t, v, v.pod())
-	patch := []byte(`{"spec":{"template":{"spec":{"shareProcessNamespace":true}}}}`)
-	if _, err := host.AppsV1().StatefulSets(v.namespace).Patch(context.Background(), "k3k-"+v.name+"-server", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("patching the server StatefulSet: %v", err)
 	}
 	waitPodReplaced(t, v, old, 5*time.Minute)
 	serving(t, v.client, 3*time.Minute)
@@ -346,50 +320,6 @@ func measureCluster(t *testing.T, v *vcluster) []containerMem {
 	return out
 }
 
-// containerPIDs finds the container's cgroup below the pod's (cgroup v1 with
-// the cgroupfs driver: …/kubepods/<qos>/pod<uid>/<id>; v2 and systemd names
-// contain the same strings) and returns the PIDs in it.
-func containerPIDs(t *testing.T, podUID, containerID string) []int {
-	t.Helper()
-	roots := []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup"}
-	uidForms := []string{podUID, strings.ReplaceAll(podUID, "-", "_")}
-	for _, root := range roots {
-		if _, err := os.Stat(root); err != nil {
-			continue
-		}
-		var procs string
-		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || !d.IsDir() || !strings.Contains(d.Name(), containerID) {
-				return nil
-			}
-			parent := filepath.Base(filepath.Dir(path))
-			for _, u := range uidForms {
-				if strings.Contains(parent, u) {
-					procs = filepath.Join(path, "cgroup.procs")
-					return fs.SkipAll
-				}
-			}
-			return nil
-		})
-		if procs == "" {
-			continue
-		}
-		data, err := os.ReadFile(procs)
-		if err != nil {
-			t.Logf("reading %s: %v", procs, err)
-			return nil
-		}
-		var pids []int
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
-	}
-	return nil
-}
-
 // smapsRollup reads Rss, Pss and Anonymous (KiB) of one process.
 func smapsRollup(pid int) (memUsage, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
@@ -420,25 +350,13 @@ func smapsRollup(pid int) (memUsage, error) {
 	return u, s.Err()
 }
 
-func cmdline(pid int) string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return "?"
-	}
-	s := strings.TrimSpace(strings.ReplaceAll(string(data), "\x00", " "))
-	if len(s) > 40 {
-		s = s[:40] + "…"
-	}
-	return s
-}
-
 func mib(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
 
 // footprintTable prints container × (idle, loaded) PSS and anonymous MiB, RSS
 // for reference, each container's processes and the totals.
 func footprintTable(v footprintVariant, idle, loaded []containerMem, pods int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "variant %s (server args %q, envs %v, shareProcessNamespace %v), loaded: %d virtual pods Running\n", v.name, v.serverArgs, v.envs, v.shareProcessNamespace, pods)
+	fmt.Fprintf(&b, "variant %s (server args %q, envs %v), loaded: %d virtual pods Running\n", v.name, v.serverArgs, v.envs, pods)
 	b.WriteString("| container | process | idle PSS | idle anon | idle RSS | loaded PSS | loaded anon | loaded RSS |\n")
 	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	find := func(list []containerMem, c containerMem) *containerMem {

@@ -16,7 +16,7 @@ import (
 // TestK3sConfig checks what the generated k3s configuration does to a real
 // k3s server (docs/architecture.md, "The server pod"): k3s links its
 // kubeconfig into /etc/rancher/k3s without error, deploys no CoreDNS, runs no
-// cloud controller, and the agent's Node keeps the addresses the agent
+// cloud controller, runs k3s without its PID-1 reaper, and the agent's Node keeps the addresses the agent
 // reports (its pod IP, which the API server dials for logs and exec).
 func TestK3sConfig(t *testing.T) {
 	t.Parallel()
@@ -44,6 +44,29 @@ func TestK3sConfig(t *testing.T) {
 					line = line[:j]
 				}
 				t.Errorf("k3s logged %q: %s", bad, line)
+			}
+		}
+	})
+
+	// docs/security.md, "One PID namespace per server pod".
+	t.Run("k3s is not its container's PID 1 and keeps no k3s init reaper", func(t *testing.T) {
+		pids := serverContainerPIDs(t, v, "k3s")
+		for _, pid := range pids {
+			t.Logf("k3s container: pid %d (%d in the pod), %s", pid, nsPID(t, pid), cmdline(pid))
+		}
+		if len(pids) != 1 {
+			t.Fatalf("the k3s container runs %d processes, want 1 (k3s server, no reaper)", len(pids))
+		}
+		if n := nsPID(t, pids[0]); n == 1 {
+			t.Errorf("k3s is PID 1 of its namespace: it forks a reaper")
+		}
+		if c := cmdline(pids[0]); strings.Contains(c, " init") {
+			t.Errorf("the k3s container's process is %q, the reaper", c)
+		}
+		ns := pidNamespace(t, pids[0])
+		for _, ctr := range []string{"datastore", "kubeconfig-publisher"} {
+			if other := pidNamespace(t, serverContainerPIDs(t, v, ctr)[0]); other != ns {
+				t.Errorf("%s is in PID namespace %s, k3s in %s: the pod does not share one", ctr, other, ns)
 			}
 		}
 	})

@@ -370,3 +370,32 @@ func TestSQLiteAndEtcdKeepTheirDataApartOnTheVolume(t *testing.T) {
 		t.Fatalf("etcd pod mounts the data volume's subPaths %v, want etcd and never the SQLite directory", etcd)
 	}
 }
+
+// TestServerPodSharesItsPIDNamespaceExceptWithAnExternalDatastore: with sqlite
+// and etcd, k3s must not be its container's PID 1 (it would keep a `k3s init`
+// reaper of ~21 MiB); with an external datastore the publisher must not see
+// k3s's environment, which holds the endpoint with its credentials.
+func TestServerPodSharesItsPIDNamespaceExceptWithAnExternalDatastore(t *testing.T) {
+	for _, tc := range []struct {
+		datastore v1beta1.DatastoreType
+		want      bool
+	}{
+		{v1beta1.SQLiteDatastore, true},
+		{v1beta1.EtcdDatastore, true},
+		{v1beta1.ExternalDatastore, false},
+	} {
+		c := sampleCluster()
+		c.Spec.Datastore = v1beta1.DatastoreConfig{Type: tc.datastore}
+		if tc.datastore == v1beta1.ExternalDatastore {
+			c = externalCluster("")
+		}
+		s, err := Resolve(c, testConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := DesiredStatefulSet(c, s, testConfig, 1, "h").Spec.Template.Spec
+		if got := pod.ShareProcessNamespace != nil && *pod.ShareProcessNamespace; got != tc.want {
+			t.Errorf("%s: shareProcessNamespace %v, want %v", tc.datastore, got, tc.want)
+		}
+	}
+}
