@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -80,6 +81,20 @@ func migrateInto(ctx context.Context, cli *clientv3.Client, dir, tmp string, std
 		}
 		return fmt.Errorf("the SQLite database to migrate: %w", err)
 	}
+	files, err := sqliteFilesStat(db)
+	if err != nil {
+		return fmt.Errorf("the SQLite database to migrate: %w", err)
+	}
+	if loaded != "" {
+		seen, err := cli.Get(ctx, etcd.MigrationFilesKey)
+		if err != nil {
+			return fmt.Errorf("reading the migration's marker: %w", err)
+		}
+		if len(seen.Kvs) > 0 && string(seen.Kvs[0].Value) == files {
+			fmt.Fprintf(stderr, "migration from sqlite: the SQLite data at revision %s was loaded already and its files are unchanged since (%s): nothing to load\n", loaded, files)
+			return nil
+		}
+	}
 	start := time.Now()
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("clearing %s: %w", tmp, err)
@@ -106,6 +121,11 @@ func migrateInto(ctx context.Context, cli *clientv3.Client, dir, tmp string, std
 	}
 	if loaded == strconv.FormatInt(info.Revision, 10) {
 		fmt.Fprintf(stderr, "migration from sqlite: the SQLite data at revision %d was loaded already (marker %s): nothing to load\n", info.Revision, etcd.MigrationMarkerKey)
+		// A marker written before the files were recorded: record them, so
+		// the next start needs no copy.
+		if _, err := cli.Put(ctx, etcd.MigrationFilesKey, files); err != nil {
+			return fmt.Errorf("recording the SQLite files: %w", err)
+		}
 		return nil
 	}
 	if loaded != "" {
@@ -117,11 +137,34 @@ func migrateInto(ctx context.Context, cli *clientv3.Client, dir, tmp string, std
 	if err := replaceData(ctx, cli, keys, m, true, compact, stderr, start); err != nil {
 		return err
 	}
+	// The files first: a marker without them only costs the next start a copy.
+	if _, err := cli.Put(ctx, etcd.MigrationFilesKey, files); err != nil {
+		return fmt.Errorf("data loaded, but recording the SQLite files: %w", err)
+	}
 	if _, err := cli.Put(ctx, etcd.MigrationMarkerKey, strconv.FormatInt(info.Revision, 10)); err != nil {
 		return fmt.Errorf("data loaded, but writing the marker: %w", err)
 	}
 	fmt.Fprintf(stderr, "migration from sqlite: loaded the SQLite data at revision %d into etcd in %s; marker %s written\n", info.Revision, time.Since(start).Round(time.Millisecond), etcd.MigrationMarkerKey)
 	return nil
+}
+
+// sqliteFilesStat is the size and modification time (ns) of the database
+// db and of its WAL ("none" when there is none): any write of a SQLite
+// datastore changes one of them, and after the migration none is written.
+func sqliteFilesStat(db string) (string, error) {
+	var parts []string
+	for _, name := range []string{db, db + "-wal"} {
+		fi, err := os.Stat(name)
+		switch {
+		case err == nil:
+			parts = append(parts, fmt.Sprintf("%s %d bytes mtime %d", filepath.Base(name), fi.Size(), fi.ModTime().UnixNano()))
+		case errors.Is(err, os.ErrNotExist) && name != db:
+			parts = append(parts, filepath.Base(name)+" none")
+		default:
+			return "", err
+		}
+	}
+	return strings.Join(parts, ", "), nil
 }
 
 // copyFile copies src to dst, which it creates, and syncs it.

@@ -219,12 +219,36 @@ func TestEtcdSidecarLoadsTheSQLiteDataOfAMigrationOnce(t *testing.T) {
 	}
 	p2 := m.start(t)
 	m.waitStarted(t, p2)
-	if !strings.Contains(p2.output(), "was loaded already") || strings.Contains(p2.output(), "loaded the SQLite data at") {
-		t.Fatalf("the restarted sidecar does not say it had nothing to load:\n%s", p2.output())
+	if !strings.Contains(p2.output(), "its files are unchanged since") || strings.Contains(p2.output(), "loaded the SQLite data at") {
+		t.Fatalf("the restarted sidecar does not say it had nothing to load, unread:\n%s", p2.output())
 	}
-	got, _ := clusterKeys(t, m.client(t))
+	c = m.client(t)
+	got, _ := clusterKeys(t, c)
 	if got[replaceKey(0)] != "written by k3s after the load" {
 		t.Fatalf("after a restart %s = %q: the write made after the load was lost", replaceKey(0), got[replaceKey(0)])
+	}
+	checkFingerprint(t, sqliteDir, before)
+
+	// A marker written before the files were recorded (an older sidecar's):
+	// the next start reads the copy once, finds the revision loaded, and
+	// records the files, so the start after needs no copy.
+	if _, err := c.Delete(context.Background(), etcd.MigrationFilesKey); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	for i, want := range []string{"was loaded already (marker", "its files are unchanged since"} {
+		if code := p2.stop(t); code != 0 {
+			t.Fatalf("sidecar exit code %d\n%s", code, p2.output())
+		}
+		p2 = m.start(t)
+		m.waitStarted(t, p2)
+		if !strings.Contains(p2.output(), want) || strings.Contains(p2.output(), "loaded the SQLite data at") {
+			t.Fatalf("start %d after the files key was removed: want %q:\n%s", i+1, want, p2.output())
+		}
+	}
+	got, _ = clusterKeys(t, m.client(t))
+	if got[replaceKey(0)] != "written by k3s after the load" {
+		t.Fatalf("after the restarts %s = %q: the write made after the load was lost", replaceKey(0), got[replaceKey(0)])
 	}
 	checkFingerprint(t, sqliteDir, before)
 }

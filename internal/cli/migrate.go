@@ -188,8 +188,8 @@ func runMigrate(ctx context.Context, o Options, s *session, f *migrateFlags, nam
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "cluster %s/%s migrated from sqlite to etcd with %d servers after %s; the SQLite file stays on server 0's volume, unused\n",
-		cur.Namespace, cur.Name, cur.Status.ReadyServers, o.Now().Sub(start).Round(time.Second))
+	fmt.Fprintf(o.Out, "cluster %s/%s migrated from sqlite to etcd with %s after %s; the SQLite file stays on server 0's volume, unused\n",
+		cur.Namespace, cur.Name, serverCount(cur.Status.ReadyServers), o.Now().Sub(start).Round(time.Second))
 	return nil
 }
 
@@ -259,9 +259,17 @@ func confirmMigrate(o Options, c *v1beta1.Cluster, servers int32) error {
 	if o.In == nil {
 		return no
 	}
-	fmt.Fprintf(o.Err, "This moves cluster %s/%s from sqlite to etcd with %d servers, one way; its API is down while server 0 is made again and loads the data.\n", c.Namespace, c.Name, servers)
+	fmt.Fprintf(o.Err, "This moves cluster %s/%s from sqlite to etcd with %s, one way; its API is down while server 0 is made again and loads the data.\n", c.Namespace, c.Name, serverCount(servers))
 	if !confirmed(o, "Migrate?") {
 		return no
 	}
 	return nil
+}
+
+// serverCount is "1 server" or "N servers".
+func serverCount(n int32) string {
+	if n == 1 {
+		return "1 server"
+	}
+	return fmt.Sprintf("%d servers", n)
 }

@@ -21,6 +21,13 @@ import (
 // k3s writes to etcd, and loading again would drop those writes.
 const MigrationMarkerKey = "/k3k/migrated-from-sqlite"
 
+// MigrationFilesKey is written with the marker: the size and modification
+// time of the SQLite database and its WAL when they were loaded. A sidecar
+// restarted after the migration (every restart of a single-member cluster's
+// server) that finds the files as they were knows the marker's revision is
+// still theirs without copying the database to read it.
+const MigrationFilesKey = "/k3k/migrated-from-sqlite-files"
+
 // MigrationFailedMessage starts the termination message of a sidecar whose
 // load of the SQLite data failed; the controller reports what follows it in
 // the Migrating condition (MigrationFailed).
