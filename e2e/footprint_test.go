@@ -42,6 +42,8 @@ import (
 // /proc/<pid>/smaps_rollup gives Pss (private pages plus a share of the shared
 // ones), Anonymous (heap and stacks: what only this process holds) and Rss (for
 // reference: it counts the binary's pages, which are shared across clusters).
+// CPU is each container's utime + stime (/proc/<pid>/stat) over the last
+// cpuWindow of the idle wait and of the loaded settle, in millicores.
 
 type footprintVariant struct {
 	name       string
@@ -109,6 +111,61 @@ type containerMem struct {
 	pod, container string
 	procs          []processMem
 	total          memUsage
+	// ticks is the CPU time (user and system, clock ticks) its processes
+	// have used since they started; cpu the millicores used over the
+	// measure's window (withCPU).
+	ticks int64
+	cpu   float64
+}
+
+// cpuWindow is how long a measure counts CPU time: the last cpuWindow of the
+// idle wait and of the loaded settle.
+const cpuWindow = 30 * time.Second
+
+// measureWithCPU waits wait, counting CPU time over its last cpuWindow (all
+// of it when shorter), and measures.
+func measureWithCPU(t *testing.T, v *vcluster, wait time.Duration) []containerMem {
+	t.Helper()
+	window := min(cpuWindow, wait)
+	time.Sleep(wait - window)
+	before := measureCluster(t, v)
+	start := time.Now()
+	time.Sleep(window)
+	after := measureCluster(t, v)
+	elapsed := time.Since(start).Seconds()
+	for i := range after {
+		for _, b := range before {
+			if b.pod == after[i].pod && b.container == after[i].container && after[i].ticks >= b.ticks {
+				after[i].cpu = float64(after[i].ticks-b.ticks) / clockTicks * 1000 / elapsed
+			}
+		}
+	}
+	return after
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux
+// x86_64 and arm64.
+const clockTicks = 100
+
+// cpuTicks is utime + stime of a process (/proc/<pid>/stat fields 14 and 15;
+// the command name, field 2, may hold spaces, so fields count after its ')').
+func cpuTicks(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	rest := string(data)
+	rest = rest[strings.LastIndexByte(rest, ')')+1:]
+	f := strings.Fields(rest) // f[0] is field 3, the state
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return utime + stime, nil
 }
 
 func TestFootprint(t *testing.T) {
@@ -134,8 +191,7 @@ func TestFootprint(t *testing.T) {
 			}
 			waitAgentNode(t, v)
 			t.Logf("variant %s: server args %q, envs %v; idle for %s", variant.name, variant.serverArgs, variant.envs, idle)
-			time.Sleep(idle)
-			idleMem := measureCluster(t, v)
+			idleMem := measureWithCPU(t, v, idle)
 			t.Log("\n" + footprintTable(variant, idleMem, nil, 0))
 			var loadedMem []containerMem
 			running := 0
@@ -143,8 +199,7 @@ func TestFootprint(t *testing.T) {
 				start := time.Now()
 				running = loadPods(t, v, pods, envDuration(t, "FOOTPRINT_LOAD_WAIT", 3*time.Minute))
 				t.Logf("%d of %d virtual pods Running after %s; settling %s", running, pods, time.Since(start).Round(time.Second), settle)
-				time.Sleep(settle)
-				loadedMem = measureCluster(t, v)
+				loadedMem = measureWithCPU(t, v, settle)
 			}
 			table := footprintTable(variant, idleMem, loadedMem, running)
 			if pods > 0 {
@@ -304,6 +359,9 @@ func measureCluster(t *testing.T, v *vcluster) []containerMem {
 				}
 				cm.procs = append(cm.procs, processMem{pid: pid, cmd: cmdline(pid), used: u})
 				cm.total.add(u)
+				if ticks, err := cpuTicks(pid); err == nil {
+					cm.ticks += ticks
+				}
 			}
 			if len(cm.procs) == 0 {
 				t.Errorf("no processes found for %s/%s (container %s)", role, cs.Name, id)
@@ -357,8 +415,9 @@ func mib(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
 func footprintTable(v footprintVariant, idle, loaded []containerMem, pods int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "variant %s (server args %q, envs %v), loaded: %d virtual pods Running\n", v.name, v.serverArgs, v.envs, pods)
-	b.WriteString("| container | process | idle PSS | idle anon | idle RSS | loaded PSS | loaded anon | loaded RSS |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&b, "MiB; CPU in millicores over the last %s of each wait\n", cpuWindow)
+	b.WriteString("| container | process | idle PSS | idle anon | idle RSS | idle CPU | loaded PSS | loaded anon | loaded RSS | loaded CPU |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	find := func(list []containerMem, c containerMem) *containerMem {
 		for i := range list {
 			if list[i].pod == c.pod && list[i].container == c.container {
@@ -373,30 +432,40 @@ func footprintTable(v footprintVariant, idle, loaded []containerMem, pods int) s
 		}
 		return mib(u.pss) + " | " + mib(u.anon) + " | " + mib(u.rss)
 	}
+	cpu := func(c *containerMem) string {
+		if c == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", c.cpu)
+	}
 	var ti, tl memUsage
+	var ci, cl containerMem
 	for _, c := range idle {
 		l := find(loaded, c)
 		var lt *memUsage
 		if l != nil {
 			lt = &l.total
 			tl.add(l.total)
+			cl.cpu += l.cpu
 		}
 		ti.add(c.total)
-		fmt.Fprintf(&b, "| %s/%s | all (%d) | %s | %s |\n", c.pod, c.container, len(c.procs), cells(&c.total), cells(lt))
+		ci.cpu += c.cpu
+		fmt.Fprintf(&b, "| %s/%s | all (%d) | %s | %s | %s | %s |\n", c.pod, c.container, len(c.procs), cells(&c.total), cpu(&c), cells(lt), cpu(l))
 		if len(c.procs) > 1 {
 			for i, p := range c.procs {
 				var lp *memUsage
 				if l != nil && i < len(l.procs) {
 					lp = &l.procs[i].used
 				}
-				fmt.Fprintf(&b, "|  | %s | %s | %s |\n", p.cmd, cells(&p.used), cells(lp))
+				fmt.Fprintf(&b, "|  | %s | %s | | %s | |\n", p.cmd, cells(&p.used), cells(lp))
 			}
 		}
 	}
 	var tlp *memUsage
+	var clp *containerMem
 	if loaded != nil {
-		tlp = &tl
+		tlp, clp = &tl, &cl
 	}
-	fmt.Fprintf(&b, "| **total** | | %s | %s |\n", cells(&ti), cells(tlp))
+	fmt.Fprintf(&b, "| **total** | | %s | %s | %s | %s |\n", cells(&ti), cpu(&ci), cells(tlp), cpu(clp))
 	return b.String()
 }

@@ -399,3 +399,33 @@ func TestServerPodSharesItsPIDNamespaceExceptWithAnExternalDatastore(t *testing.
 		}
 	}
 }
+
+// TestServerGOGCUnlessTheClusterSetsIt: the k3s container gets the
+// controller's GOGC, the Cluster's own serverEnvs GOGC replaces it, and 0
+// sets none.
+func TestServerGOGCUnlessTheClusterSetsIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gogc int
+		envs []v1beta1.ServerEnvVar
+		want []corev1.EnvVar
+	}{
+		{"the default", 25, nil, []corev1.EnvVar{{Name: "GOGC", Value: "25"}}},
+		{"with other envs", 25, []v1beta1.ServerEnvVar{{Name: "TZ", Value: "UTC"}}, []corev1.EnvVar{{Name: "GOGC", Value: "25"}, {Name: "TZ", Value: "UTC"}}},
+		{"the Cluster's own", 25, []v1beta1.ServerEnvVar{{Name: "GOGC", Value: "100"}}, []corev1.EnvVar{{Name: "GOGC", Value: "100"}}},
+		{"none", 0, nil, nil},
+	} {
+		c := sampleCluster()
+		c.Spec.ServerEnvs = tc.envs
+		cfg := testConfig
+		cfg.ServerGOGC = tc.gogc
+		s, err := Resolve(c, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k3s := DesiredStatefulSet(c, s, cfg, 1, "h").Spec.Template.Spec.Containers[0]
+		if diff := cmp.Diff(tc.want, k3s.Env); diff != "" {
+			t.Errorf("%s: k3s env (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}

@@ -49,6 +49,9 @@ type Config struct {
 	// Isolation holds the defaults of spec.quota, spec.limits and
 	// spec.networkPolicy (isolation.go).
 	Isolation IsolationDefaults
+	// ServerGOGC is the GOGC the k3s container gets unless the Cluster's
+	// serverEnvs sets one; 0 sets none (Go's default, 100). See serverEnv.
+	ServerGOGC int
 }
 
 // Settings are a Cluster's choices with the controller's defaults applied.

@@ -244,7 +244,7 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 		Image:           s.ServerImage,
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         ServerArgs(c),
-		Env:             serverEnv(c),
+		Env:             serverEnv(c, cfg),
 		Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: layout.APIPort, Protocol: corev1.ProtocolTCP}},
 		StartupProbe:    tcpProbe(1, 600),
 		ReadinessProbe:  serverReadinessProbe(),
@@ -264,9 +264,20 @@ func serverContainer(c *v1beta1.Cluster, s Settings, cfg Config) corev1.Containe
 	return ctr
 }
 
-// serverEnv is spec.serverEnvs as the k3s container's environment.
-func serverEnv(c *v1beta1.Cluster) []corev1.EnvVar {
+// serverEnv is the k3s container's environment: GOGC from cfg.ServerGOGC
+// unless spec.serverEnvs sets it, then spec.serverEnvs.
+//
+// k3s keeps about 110 MB of live heap when idle (OpenAPI specs, API
+// handlers, informers), and Go's default GOGC of 100 lets the heap grow to
+// twice that between collections: an idle server's private memory swings
+// between ~120 and ~280 MiB with when it last collected. A lower GOGC
+// collects sooner and keeps it near the live heap, for more GC work under
+// load; docs/footprint.md has the measurements behind the default.
+func serverEnv(c *v1beta1.Cluster, cfg Config) []corev1.EnvVar {
 	var env []corev1.EnvVar
+	if cfg.ServerGOGC > 0 && !slices.ContainsFunc(c.Spec.ServerEnvs, func(e v1beta1.ServerEnvVar) bool { return e.Name == "GOGC" }) {
+		env = append(env, corev1.EnvVar{Name: "GOGC", Value: strconv.Itoa(cfg.ServerGOGC)})
+	}
 	for _, e := range c.Spec.ServerEnvs {
 		env = append(env, e.EnvVar())
 	}
