@@ -113,7 +113,7 @@ type containerMem struct {
 	total          memUsage
 	// ticks is the CPU time (user and system, clock ticks) its processes
 	// have used since they started; cpu the millicores used over the
-	// measure's window (withCPU).
+	// measure's window (measureWithCPU).
 	ticks int64
 	cpu   float64
 }
@@ -134,13 +134,22 @@ func measureWithCPU(t *testing.T, v *vcluster, wait time.Duration) []containerMe
 	after := measureCluster(t, v)
 	elapsed := time.Since(start).Seconds()
 	for i := range after {
-		for _, b := range before {
-			if b.pod == after[i].pod && b.container == after[i].container && after[i].ticks >= b.ticks {
-				after[i].cpu = float64(after[i].ticks-b.ticks) / clockTicks * 1000 / elapsed
-			}
+		// A container restarted in the window has fewer ticks: no number.
+		if b := findContainer(before, after[i]); b != nil && after[i].ticks >= b.ticks {
+			after[i].cpu = float64(after[i].ticks-b.ticks) / clockTicks * 1000 / elapsed
 		}
 	}
 	return after
+}
+
+// findContainer is c's entry (same pod role and container name) in list, or nil.
+func findContainer(list []containerMem, c containerMem) *containerMem {
+	for i := range list {
+		if list[i].pod == c.pod && list[i].container == c.container {
+			return &list[i]
+		}
+	}
+	return nil
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux
@@ -418,14 +427,6 @@ func footprintTable(v footprintVariant, idle, loaded []containerMem, pods int) s
 	fmt.Fprintf(&b, "MiB; CPU in millicores over the last %s of each wait\n", cpuWindow)
 	b.WriteString("| container | process | idle PSS | idle anon | idle RSS | idle CPU | loaded PSS | loaded anon | loaded RSS | loaded CPU |\n")
 	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	find := func(list []containerMem, c containerMem) *containerMem {
-		for i := range list {
-			if list[i].pod == c.pod && list[i].container == c.container {
-				return &list[i]
-			}
-		}
-		return nil
-	}
 	cells := func(u *memUsage) string {
 		if u == nil {
 			return "- | - | -"
@@ -438,18 +439,18 @@ func footprintTable(v footprintVariant, idle, loaded []containerMem, pods int) s
 		}
 		return fmt.Sprintf("%.0f", c.cpu)
 	}
-	var ti, tl memUsage
-	var ci, cl containerMem
+	// The totals are containers too: their memory and CPU summed.
+	var ti, tl containerMem
 	for _, c := range idle {
-		l := find(loaded, c)
+		l := findContainer(loaded, c)
 		var lt *memUsage
 		if l != nil {
 			lt = &l.total
-			tl.add(l.total)
-			cl.cpu += l.cpu
+			tl.total.add(l.total)
+			tl.cpu += l.cpu
 		}
-		ti.add(c.total)
-		ci.cpu += c.cpu
+		ti.total.add(c.total)
+		ti.cpu += c.cpu
 		fmt.Fprintf(&b, "| %s/%s | all (%d) | %s | %s | %s | %s |\n", c.pod, c.container, len(c.procs), cells(&c.total), cpu(&c), cells(lt), cpu(l))
 		if len(c.procs) > 1 {
 			for i, p := range c.procs {
@@ -461,11 +462,11 @@ func footprintTable(v footprintVariant, idle, loaded []containerMem, pods int) s
 			}
 		}
 	}
-	var tlp *memUsage
-	var clp *containerMem
+	var tlMem *memUsage
+	var tlCPU *containerMem
 	if loaded != nil {
-		tlp, clp = &tl, &cl
+		tlMem, tlCPU = &tl.total, &tl
 	}
-	fmt.Fprintf(&b, "| **total** | | %s | %s | %s | %s |\n", cells(&ti), cpu(&ci), cells(tlp), cpu(clp))
+	fmt.Fprintf(&b, "| **total** | | %s | %s | %s | %s |\n", cells(&ti.total), cpu(&ti), cells(tlMem), cpu(tlCPU))
 	return b.String()
 }

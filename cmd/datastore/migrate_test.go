@@ -246,6 +246,22 @@ func TestEtcdSidecarLoadsTheSQLiteDataOfAMigrationOnce(t *testing.T) {
 			t.Fatalf("start %d after the files key was removed: want %q:\n%s", i+1, want, p2.output())
 		}
 	}
+
+	// A database whose modification time moved (as any write of a SQLite
+	// datastore moves it) is read again: the record no longer vouches for
+	// it. Its content is the same, so the revision is the one loaded.
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(sqliteDir, sqlite.DatabaseFile), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if code := p2.stop(t); code != 0 {
+		t.Fatalf("sidecar exit code %d\n%s", code, p2.output())
+	}
+	p2 = m.start(t)
+	m.waitStarted(t, p2)
+	if !strings.Contains(p2.output(), "was loaded already (marker") || strings.Contains(p2.output(), "its files are unchanged since") {
+		t.Fatalf("the database's mtime moved, and the sidecar did not read it again:\n%s", p2.output())
+	}
 	got, _ = clusterKeys(t, m.client(t))
 	if got[replaceKey(0)] != "written by k3s after the load" {
 		t.Fatalf("after the restarts %s = %q: the write made after the load was lost", replaceKey(0), got[replaceKey(0)])

@@ -384,10 +384,9 @@ func TestServerPodSharesItsPIDNamespaceExceptWithAnExternalDatastore(t *testing.
 		{v1beta1.EtcdDatastore, true},
 		{v1beta1.ExternalDatastore, false},
 	} {
-		c := sampleCluster()
-		c.Spec.Datastore = v1beta1.DatastoreConfig{Type: tc.datastore}
-		if tc.datastore == v1beta1.ExternalDatastore {
-			c = externalCluster("")
+		c := externalCluster("")
+		if tc.datastore != v1beta1.ExternalDatastore {
+			c.Spec.Datastore = v1beta1.DatastoreConfig{Type: tc.datastore}
 		}
 		s, err := Resolve(c, testConfig)
 		if err != nil {
