@@ -288,8 +288,11 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 // reconcileEtcdRecovery acts on v1beta1.AnnotationEtcdRecover. While quorum is lost it
 // publishes the last roster with the recovery (etcd.PlanRecovery) added: the
 // survivor's sidecar restarts it with --force-new-cluster. Once members
-// confirm a quorum again the request is done; any other state refuses it. A
-// done or refused request is recorded as handled. It reports whether the
+// confirm a quorum again the request is done; until then it is under way
+// whatever answers (nothing does while the survivor restarts), and the named
+// survivor is never changed. A request not yet under way is refused unless
+// quorum is lost and a voter answers. A done or refused request is recorded
+// as handled. It reports whether the
 // roster must not be replaced yet: while the recovery is under way, and in the
 // reconcile that finds it done, so that the roster keeps naming the request
 // until the status records it as handled (seen on a real node: a reconcile
@@ -313,14 +316,30 @@ func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Clust
 		}
 	}
 	rec, ok, msg := etcd.PlanRecovery(observed, request)
+	underWay := last.Recover != nil && last.Recover.Request == request
 	switch {
+	case underWay && observed.AnyReachable() && !observed.QuorumLost():
+		msg = fmt.Sprintf("quorum is back: the cluster was rebuilt from member %s (%s); the other members are added again as new members", last.Recover.Name, last.Recover.ID)
+		o.etcd.recovery = &condResult{true, etcd.ReasonRecovered, msg}
+		r.event(c, corev1.EventTypeNormal, etcd.ReasonRecovered, "RecoverEtcd", msg)
+		o.etcd.handledRequest = request
+		return true, nil
+	case underWay:
+		// The survivor was named; its sidecar is restarting it with
+		// --force-new-cluster, and while it does nothing may answer (seen on a
+		// loaded node: the reconcile in that window refused the recovery it
+		// had started). The survivor is never changed once named: a second
+		// member rebuilding from its own log would be a second cluster.
+		state := "quorum is not back yet"
+		if !observed.AnyReachable() {
+			state = "no member answers while it restarts"
+		}
+		o.etcd.recovery = &condResult{false, etcd.ReasonRecovering, fmt.Sprintf("waiting for member %s (%s) to rebuild the cluster with --force-new-cluster: %s", last.Recover.Name, last.Recover.ID, state)}
+		return true, nil
 	case ok && len(last.Members) == 0:
 		msg = fmt.Sprintf("ConfigMap %s holds no roster to add the recovery to; %s", layout.NamesFor(c).EtcdRoster, msg)
 	case ok:
 		o.etcd.recovery = &condResult{false, etcd.ReasonRecovering, msg}
-		if last.Recover != nil && *last.Recover == rec {
-			return true, nil
-		}
 		last.Recover = &rec
 		desired, err := DesiredEtcdRosterConfigMap(c, last)
 		if err != nil {
@@ -331,12 +350,6 @@ func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Clust
 		}
 		r.event(c, corev1.EventTypeWarning, etcd.ReasonRecovering, "RecoverEtcd", msg)
 		log.FromContext(ctx).Info("recovering etcd from quorum loss", "member", rec.Name, "id", rec.ID, "request", request)
-		return true, nil
-	case last.Recover != nil && last.Recover.Request == request && observed.AnyReachable() && !observed.QuorumLost():
-		msg = fmt.Sprintf("quorum is back: the cluster was rebuilt from member %s (%s); the other members are added again as new members", last.Recover.Name, last.Recover.ID)
-		o.etcd.recovery = &condResult{true, etcd.ReasonRecovered, msg}
-		r.event(c, corev1.EventTypeNormal, etcd.ReasonRecovered, "RecoverEtcd", msg)
-		o.etcd.handledRequest = request
 		return true, nil
 	}
 	msg = "recovery refused: " + msg

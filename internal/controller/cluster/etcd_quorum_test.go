@@ -300,8 +300,21 @@ func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing
 	if got := condition(t, c, v1beta1.ConditionEtcdRecovery); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonRecovering {
 		t.Errorf("EtcdRecovery %s/%s, want False/Recovering", got.Status, got.Reason)
 	}
-	// Its sidecar restarts it with --force-new-cluster.
+	// Its sidecar restarts it with --force-new-cluster. While it restarts
+	// nothing answers: the recovery is still under way, not refused (CI of
+	// 2026-12-03 on a loaded node refused it in that window).
 	pm.stop(0)
+	reconcileOnce(t, r, c)
+	get(t, c, c.Name, c)
+	if got := condition(t, c, v1beta1.ConditionEtcdRecovery); got.Status != metav1.ConditionFalse || got.Reason != etcd.ReasonRecovering || !strings.Contains(got.Message, "no member answers while it restarts") {
+		t.Errorf("EtcdRecovery while the survivor restarts %s/%s (%s), want False/Recovering", got.Status, got.Reason, got.Message)
+	}
+	if c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest != "" {
+		t.Errorf("the request under way was recorded as handled (%q) while the survivor restarted", c.Status.Datastore.RecoveryRequest)
+	}
+	if roster := readRoster(t, c); roster.Recover == nil || roster.Recover.Request != "req-1" || roster.Recover.ID != etcd.FormatID(survivor) {
+		t.Fatalf("roster while the survivor restarts %+v, want it to still name server-0 for req-1", roster.Recover)
+	}
 	pm.start(0, roster.Recover.Request)
 	<-pm.running[0].ReadyNotify()
 	reconcileUntil(t, r, c, nil, "recovered", func(c *v1beta1.Cluster) bool {
