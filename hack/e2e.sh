@@ -188,6 +188,21 @@ failures() {
       cur == want || index(cur, want "/") == 1 { print }
     ' "$TEST_LOG" | tail -n "${E2E_FAIL_LINES:-80}"
   done
+  # Last, where a CI log's tail shows it: each scenario's lines just before its
+  # own dump (dumpPod in e2e/main_test.go logs the pods after a failure, and
+  # those lines would otherwise push the failing check out of that tail).
+  printf '\n===== what each failed scenario said last before its dump =====\n'
+  for t in $failed; do
+    printf -- '----- %s\n' "$t"
+    awk -v want="$t" '
+      /^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
+      /^ *--- / { next }
+      cur == want || index(cur, want "/") == 1 {
+        if ($0 ~ /main_test\.go:[0-9]+: server pod /) dumped = 1
+        if (!dumped) print substr($0, 1, 400)
+      }
+    ' "$TEST_LOG" | tail -n "${E2E_FAIL_BEFORE_DUMP:-6}"
+  done
   printf '\n'
   grep -E '^ *--- FAIL|^FAIL' "$TEST_LOG"
 }
