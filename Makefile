@@ -8,6 +8,7 @@
 #   helm              v3.22.0  (hack/tools/helm)     — chart tests
 #   staticcheck       v0.8.2   (hack/tools/staticcheck)
 #   actionlint        v1.7.12  (hack/tools/actionlint)  — .github/workflows in make verify
+#   coredns           v1.14.7  (hack/tools/coredns)  — the e2e host cluster's DNS
 #   k3s               v1.34.3+k3s1 (../shared/k3s/k3s-4035a25a.tar.gz, hack/k3s.sh) — the e2e server
 #   Libraries: controller-runtime v0.25.2, client-go v0.37.0, kine v0.17.5,
 #   etcd server/client v3.7.3 (go.mod).

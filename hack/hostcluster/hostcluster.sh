@@ -24,7 +24,6 @@ DIR=${HOSTCLUSTER_DIR:-/tmp/k3k-hostcluster}
 DIR=${DIR%/}
 TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
 NETPOL=${HOSTCLUSTER_NETPOL:-1}
-COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 # postgresql: the external datastore scenario's database (hack/postgres.sh)
 PACKAGES="containerd runc containernetworking-plugins iptables ipset conntrack busybox-static postgresql"
 
@@ -108,18 +107,13 @@ cmd_build() {
     apt-get "${apt[@]}" update -qq
     DEBIAN_FRONTEND=noninteractive apt-get "${apt[@]}" install -y -qq --no-install-recommends $PACKAGES >/dev/null
   fi
-  say "kubernetes and etcd binaries into $TOOLS"
-  "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd netpol
+  # CoreDNS too: it lives beside the other upstream binaries, in the cache that
+  # outlives $DIR (which may be under /tmp).
+  say "kubernetes, etcd and coredns binaries into $TOOLS"
+  "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd netpol coredns
   mkdir -p "$BIN" "$IMAGES"
   say "harness tools"
   (cd "$ROOT/hack/hostcluster/tools" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$BIN/" ./mkimage ./pause ./pki ./provisioner)
-  # CoreDNS lives beside the other upstream binaries, in the cache that outlives
-  # $DIR (which may be under /tmp).
-  if [ ! -x "$TOOLS/coredns" ] || [ "$(cat "$TOOLS/.coredns.version" 2>/dev/null)" != "$COREDNS_VERSION" ]; then
-    say "coredns $COREDNS_VERSION into $TOOLS"
-    GOBIN=$TOOLS CGO_ENABLED=0 go install -trimpath -ldflags=-s "github.com/coredns/coredns@$COREDNS_VERSION"
-    echo "$COREDNS_VERSION" >"$TOOLS/.coredns.version"
-  fi
   [ -x /bin/busybox ] || die "/bin/busybox missing (package busybox-static)"
   say "base images"
   "$BIN/mkimage" -o "$IMAGES/pause.tar" -t registry.k8s.io/pause:3.10 -entrypoint /pause /pause="$BIN/pause"
