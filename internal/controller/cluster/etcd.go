@@ -292,8 +292,8 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 // whatever answers (nothing does while the survivor restarts), and the named
 // survivor is never changed. A request not yet under way is refused unless
 // quorum is lost and a voter answers. A done or refused request is recorded
-// as handled. It reports whether the
-// roster must not be replaced yet: while the recovery is under way, and in the
+// as handled. It reports whether the roster must not be replaced yet: while
+// the recovery is under way, and in the
 // reconcile that finds it done, so that the roster keeps naming the request
 // until the status records it as handled (seen on a real node: a reconcile
 // that found it done republished the roster, then failed on a pod update
@@ -326,10 +326,11 @@ func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Clust
 		return true, nil
 	case underWay:
 		// The survivor was named; its sidecar is restarting it with
-		// --force-new-cluster, and while it does nothing may answer (seen on a
-		// loaded node: the reconcile in that window refused the recovery it
-		// had started). The survivor is never changed once named: a second
-		// member rebuilding from its own log would be a second cluster.
+		// --force-new-cluster, and while it does nothing may answer (a
+		// reconcile in that window used to refuse the recovery it had
+		// started; the envtest reconciles there). The survivor is never
+		// changed once named: a second member rebuilding from its own log
+		// would be a second cluster.
 		state := "quorum is not back yet"
 		if !observed.AnyReachable() {
 			state = "no member answers while it restarts"
