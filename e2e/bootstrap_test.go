@@ -6,7 +6,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,9 +35,9 @@ const (
 //
 // k3s holds the lock for about a second (from "Bootstrap key locked for
 // initial create" to "Saving cluster bootstrap data"), less than a pod
-// deletion takes to reach the process, so the test SIGKILLs the k3s container
-// through containerd the moment it logs the lock (as an OOM kill or a crash
-// would end it), then deletes the pod. A round where k3s had stored its data
+// deletion takes to reach the process, so the test SIGKILLs the k3s process
+// from the node the moment it logs the lock (as an OOM kill or a crash would
+// end it), then deletes the pod. A round where k3s had stored its data
 // all the same is counted apart.
 //
 // Without help, the replacement's k3s finds the empty lock and waits ~25s
@@ -122,29 +125,28 @@ func firstStartDeath(t *testing.T, name string, deletePod bool) (*vcluster, time
 	if cs := containerStatus(old, "k3s"); cs.RestartCount != 0 {
 		t.Fatalf("the k3s container restarted (%d) before its first start was observed", cs.RestartCount)
 	}
-	streamCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	stream, err := host.CoreV1().Pods(ns).GetLogs(old.Name, &corev1.PodLogOptions{Container: "k3s", Follow: true}).Stream(streamCtx)
-	if err != nil {
-		cancel()
-		t.Fatalf("following the k3s log: %v", err)
+	// k3s holds the lock for about a second, so the kill is done from the
+	// node: the log file the kubelet writes is read as it grows and the
+	// process is killed directly, without the API server's log stream or a
+	// containerd client in between (each adds hundreds of milliseconds on a
+	// loaded host, and then every kill came too late).
+	_, id, _ := strings.Cut(containerStatus(old, "k3s").ContainerID, "://")
+	pids := containerPIDs(t, string(old.UID), id)
+	if len(pids) == 0 {
+		t.Fatalf("no process found for the k3s container %s of %s", id, old.Name)
 	}
-	sc := bufio.NewScanner(stream)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	seen := false
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), lockTaken) {
-			seen = true
-			break
-		}
-	}
+	logFile := filepath.Join("/var/log/pods", fmt.Sprintf("%s_%s_%s", ns, old.Name, old.UID), "k3s", "0.log")
+	seen, err := awaitLine(logFile, lockTaken, 3*time.Minute)
 	start := time.Now()
 	if seen {
-		killContainer(t, old, "k3s")
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Logf("killing k3s (pid %d): %v", pid, err)
+			}
+		}
 	}
-	stream.Close()
-	cancel()
 	if !seen {
-		t.Fatalf("k3s of %s never logged %q on its first start", old.Name, lockTaken)
+		t.Fatalf("k3s of %s never logged %q on its first start (%s): %v", old.Name, lockTaken, logFile, err)
 	}
 
 	var fresh *corev1.Pod
@@ -190,6 +192,39 @@ func firstStartDeath(t *testing.T, name string, deletePod bool) (*vcluster, time
 	t.Logf("%s: k3s killed after %q, %s; Ready after %s; lock left behind: %v (removed by the sidecar: %v, waited for by k3s: %v)",
 		name, lockTaken, how, took.Round(100*time.Millisecond), left, cleared, waited)
 	return v, took, left
+}
+
+// awaitLine reads the file from its start as it grows, every 5 ms, until a
+// line contains want (true) or the timeout passes (false, with the reason).
+func awaitLine(path, want string, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	var f *os.File
+	for {
+		var err error
+		if f, err = os.Open(path); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return false, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	var partial string
+	for time.Now().Before(deadline) {
+		chunk, err := r.ReadString('\n')
+		partial += chunk
+		if err != nil {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if strings.Contains(partial, want) {
+			return true, nil
+		}
+		partial = ""
+	}
+	return false, fmt.Errorf("not seen within %s", timeout)
 }
 
 // podLog is the whole log of one container of p.

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
-	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -199,28 +198,45 @@ const (
 // wget segfaults, in the static binary's service lookup). Reached means nc
 // connected (it exits 0, or the server answered); blocked means nc could not
 // connect (the enforcer rejects: "refused", or drops: "timed out"); anything
-// else, an exec that did not run included, is unknown and tried again.
+// else is unknown and tried again. nc's exit code and messages are printed on
+// stdout rather than taken from the exec: once in a cold CI run the exec
+// came back without an error while nc had said "Connection refused", and the
+// probe read that as reached. An output without the exit line (an exec that
+// did not run, or was cut) is unknown.
 func (p prober) probe(ctx context.Context, pr probe) (outcome, string) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	script := fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' | nc -w 3 %s %d`, pr.path, pr.ip, pr.ip, pr.port)
+	script := fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' | nc -w 3 %s %d 2>&1; echo "%s$?"`, pr.path, pr.ip, pr.ip, pr.port, ncExit)
 	o, e, err := execIn(ctx, p.rc, p.ns, p.pod, "sh", "", "sh", "-c", script)
-	detail := fmt.Sprintf("nc %s:%d: %v: %q %q", pr.ip, pr.port, err, firstLine(o), strings.TrimSpace(e))
-	var exit utilexec.CodeExitError
-	if err != nil && !errors.As(err, &exit) {
+	out, code, ok := cutExitLine(o)
+	detail := fmt.Sprintf("nc %s:%d: exit %q (exec: %v): %q %q", pr.ip, pr.port, code, err, firstLine(out), strings.TrimSpace(e))
+	if !ok {
 		return unknown, detail
 	}
 	// nc exits 0 only once it connected and the server closed the
 	// connection (a TLS server may close on plain HTTP without a word).
-	if err == nil || strings.Contains(o, "HTTP/1.") {
+	if code == "0" || strings.Contains(out, "HTTP/1.") {
 		return reached, detail
 	}
 	for _, no := range []string{"refused", "timed out", "unreachable", "No route"} {
-		if strings.Contains(e, no) {
+		if strings.Contains(out, no) {
 			return blocked, detail
 		}
 	}
 	return unknown, detail
+}
+
+// ncExit starts the line the probe's script ends with: nc's exit code.
+const ncExit = "nc-exit="
+
+// cutExitLine splits the probe's output into what nc printed and its exit
+// code; ok is false when the exit line is missing.
+func cutExitLine(o string) (out, code string, ok bool) {
+	i := strings.LastIndex(o, ncExit)
+	if i < 0 {
+		return o, "", false
+	}
+	return o[:i], strings.TrimSpace(o[i+len(ncExit):]), true
 }
 
 func firstLine(s string) string {

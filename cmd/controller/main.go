@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/leaderelection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -28,6 +30,7 @@ type options struct {
 	metricsAddr, probeAddr string
 	leaderElect            bool
 	leaderElectionNS       string
+	lease                  leaseTimings
 	watchNamespaces        string
 	workers                int
 	pullSecrets            string
@@ -49,6 +52,40 @@ const defaultWorkers = 4
 // for a small share of the CPU.
 const defaultServerGOGC = 25
 
+// leaseTimings are the leader election's durations (client-go's
+// leaderelection.LeaderElectionConfig): a leader that cannot renew its Lease
+// within renewDeadline stops, and the pod restarts it.
+type leaseTimings struct {
+	duration, renewDeadline, retryPeriod time.Duration
+}
+
+// defaultLease is what the controller tolerates of a slow API server before
+// it gives up leadership. controller-runtime's defaults (15s, 10s, 2s, each
+// request cut at 5s) were too short on a loaded 2-core host: the e2e suite
+// saw "leader election lost" while the host's etcd answered in under a
+// second, and each exit cost a restart with the kubelet's growing back-off,
+// so no Cluster was reconciled for minutes (docs/architecture.md, "Leader
+// election"). The cost of longer timings is the wait after a leader dies
+// without releasing its Lease: a replacement takes over after at most
+// duration; a clean shutdown hands over at once (ReleaseOnCancel).
+var defaultLease = leaseTimings{duration: 60 * time.Second, renewDeadline: 40 * time.Second, retryPeriod: 5 * time.Second}
+
+// validate applies client-go's own rule (NewLeaderElector refuses anything
+// else) at flag-parsing time, so a bad chart value stops the controller with
+// the flags' names rather than later with client-go's field names.
+func (l leaseTimings) validate() error {
+	if l.retryPeriod <= 0 {
+		return fmt.Errorf("--leader-elect-retry-period %s: want more than 0", l.retryPeriod)
+	}
+	if floor := time.Duration(leaderelection.JitterFactor * float64(l.retryPeriod)); l.renewDeadline <= floor {
+		return fmt.Errorf("--leader-elect-renew-deadline %s: want more than %s (%.1f × --leader-elect-retry-period)", l.renewDeadline, floor, leaderelection.JitterFactor)
+	}
+	if l.duration <= l.renewDeadline {
+		return fmt.Errorf("--leader-elect-lease-duration %s: want more than --leader-elect-renew-deadline (%s)", l.duration, l.renewDeadline)
+	}
+	return nil
+}
+
 // isolationFlags are the defaults of spec.quota, spec.limits and
 // spec.networkPolicy as given on the command line.
 type isolationFlags struct {
@@ -66,6 +103,9 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty means the pod's own")
+	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", defaultLease.duration, "how long other replicas wait for a leader that stopped renewing before they take over")
+	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", defaultLease.renewDeadline, "how long the leader keeps trying to renew its Lease before it stops (and its pod restarts it)")
+	fs.DurationVar(&o.lease.retryPeriod, "leader-elect-retry-period", defaultLease.retryPeriod, "how often the Lease is renewed or tried for")
 	fs.IntVar(&o.workers, "workers", defaultWorkers, "how many Clusters are reconciled at once (make bench-controller measures the choice)")
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch; empty means all")
 	fs.StringVar(&o.cfg.ServerImage, "server-image", "rancher/k3s", "k3s server image repository; the tag is spec.version or --default-version")
@@ -97,6 +137,9 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	}
 	if o.cfg.ServerGOGC < 0 {
 		return nil, fmt.Errorf("--server-gogc %d: want a percentage > 0, or 0 for Go's default", o.cfg.ServerGOGC)
+	}
+	if err := o.lease.validate(); err != nil {
+		return nil, err
 	}
 	if o.workers < 1 {
 		return nil, fmt.Errorf("--workers %d: want at least 1", o.workers)
@@ -161,6 +204,32 @@ func (f isolationFlags) apply(d *cluster.IsolationDefaults) error {
 	return nil
 }
 
+// managerOptions are the manager's settings from the flags.
+func managerOptions(o *options, scheme *runtime.Scheme) ctrl.Options {
+	cacheOpts := cache.Options{ByObject: cluster.CacheByObject()}
+	if ns := splitList(o.watchNamespaces); len(ns) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, n := range ns {
+			cacheOpts.DefaultNamespaces[n] = cache.Config{}
+		}
+	}
+	return ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "k3k-controller.k3k.io",
+		LeaderElectionNamespace: o.leaderElectionNS,
+		LeaseDuration:           &o.lease.duration,
+		RenewDeadline:           &o.lease.renewDeadline,
+		RetryPeriod:             &o.lease.retryPeriod,
+		// Hand leadership over at once on a clean shutdown instead of after
+		// the lease expires.
+		LeaderElectionReleaseOnCancel: true,
+	}
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
@@ -193,25 +262,7 @@ func run(o *options) error {
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	cacheOpts := cache.Options{ByObject: cluster.CacheByObject()}
-	if ns := splitList(o.watchNamespaces); len(ns) > 0 {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, n := range ns {
-			cacheOpts.DefaultNamespaces[n] = cache.Config{}
-		}
-	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:  o.probeAddr,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        "k3k-controller.k3k.io",
-		LeaderElectionNamespace: o.leaderElectionNS,
-		// Hand leadership over at once on a clean shutdown instead of after
-		// the lease expires.
-		LeaderElectionReleaseOnCancel: true,
-	})
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), managerOptions(o, scheme))
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap/zapcore"
@@ -66,6 +67,19 @@ func TestParseFlags(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "leader election tolerates a slow API server by default",
+			check: func(t *testing.T, o *options) {
+				if o.lease != defaultLease || o.lease.duration != time.Minute {
+					t.Fatalf("lease timings %+v, want %+v", o.lease, defaultLease)
+				}
+			},
+		},
+		{name: "a renew deadline as long as the lease is refused", args: []string{"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=30s"},
+			wantErr: "--leader-elect-lease-duration 30s: want more than --leader-elect-renew-deadline (30s)"},
+		{name: "a renew deadline inside the retry jitter is refused", args: []string{"--leader-elect-renew-deadline=6s", "--leader-elect-retry-period=5s"},
+			wantErr: "--leader-elect-renew-deadline 6s: want more than 6s (1.2 × --leader-elect-retry-period)"},
+		{name: "no retry period is refused", args: []string{"--leader-elect-retry-period=0s"}, wantErr: "--leader-elect-retry-period 0s: want more than 0"},
 		{name: "a quota that is no quantity is refused", args: []string{"--default-quota=pods=lots"}, wantErr: `--default-quota: "pods=lots"`},
 		{name: "an egress CIDR that is no CIDR is refused", args: []string{"--network-policy-egress-cidrs=internet"}, wantErr: `--network-policy-egress-cidrs: "internet" is not a CIDR`},
 		{name: "an unknown pull policy is refused", args: []string{"--image-pull-policy=Sometimes"}, wantErr: `--image-pull-policy "Sometimes": want Always, IfNotPresent or Never`},

@@ -28,6 +28,7 @@ func TestBadValuesAreRejectedWithAClearMessage(t *testing.T) {
 			[]string{"must be equal: the controller applies one pull policy to every image it deploys"}},
 		{"replicas without leader election", []string{"--set", "replicaCount=2", "--set", "leaderElection.enabled=false"},
 			[]string{"replicaCount > 1 needs leaderElection.enabled: true"}},
+		{"a lease duration that is no Go duration", []string{"--set", "leaderElection.leaseDuration=1 minute"}, []string{"leaderElection/leaseDuration"}},
 		{"a quota given as a number", []string{"--set", "isolation.quota.pods=10"}, []string{"isolation/quota/pods"}},
 		{"a quota that is no quantity", []string{"--set-string", "isolation.quota.pods=lots"}, []string{"isolation/quota/pods"}},
 		{"an egress CIDR that is no CIDR", []string{"--set", "isolation.networkPolicy.egressCIDRs={internet}"}, []string{"isolation/networkPolicy/egressCIDRs/0"}},

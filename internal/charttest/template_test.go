@@ -60,6 +60,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			}
 			wantArgs(t, d,
 				"--leader-elect=true", "--leader-election-namespace="+releaseNS,
+				"--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=40s", "--leader-elect-retry-period=5s",
 				"--server-image=rancher/k3s", "--default-version=v1.34.3-k3s1", "--server-gogc=25",
 				"--datastore-image=k3k-io/k3k-datastore:v0.2.0", "--agent-image=k3k-io/k3k-kubelet:v0.2.0",
 				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
