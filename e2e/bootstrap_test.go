@@ -126,10 +126,10 @@ func firstStartDeath(t *testing.T, name string, deletePod bool) (*vcluster, time
 		t.Fatalf("the k3s container restarted (%d) before its first start was observed", cs.RestartCount)
 	}
 	// k3s holds the lock for about a second, so the kill is done from the
-	// node: the log file the kubelet writes is read as it grows and the
-	// process is killed directly, without the API server's log stream or a
-	// containerd client in between (each adds hundreds of milliseconds on a
-	// loaded host, and then every kill came too late).
+	// node: the log file the kubelet writes (its default --pod-logs-dir) is
+	// read as it grows and the process is killed directly, without the API
+	// server's log stream or a containerd client in between. Through those,
+	// in CI on a loaded host, all 8 kills of a run came too late.
 	_, id, _ := strings.Cut(containerStatus(old, "k3s").ContainerID, "://")
 	pids := containerPIDs(t, string(old.UID), id)
 	if len(pids) == 0 {
