@@ -148,7 +148,7 @@ func TestLeaderKeepsItsLeaseThroughAStalledAPIServer(t *testing.T) {
 			if !after.After(before) {
 				t.Fatalf("Lease renewed at %s before the stall and %s after: not renewed since", before, after)
 			}
-			t.Logf("still leader; Lease renewed at %s, after the stall began at about %s", after.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano))
+			t.Logf("still leader; Lease renewed at %s; before the stall it was %s", after.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano))
 		})
 	}
 }
