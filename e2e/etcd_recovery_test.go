@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -123,7 +122,7 @@ func watchTerminations(t *testing.T, v *vcluster, pod, container string) func() 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	var mu sync.Mutex
+	// Written only by the poller; read once it has ended (after done).
 	seen := map[string]string{} // container ID → message
 	done := make(chan struct{})
 	go func() {
@@ -134,13 +133,11 @@ func watchTerminations(t *testing.T, v *vcluster, pod, container string) func() 
 				return false, nil
 			}
 			if cs := containerStatus(p, container); cs != nil {
-				mu.Lock()
 				for _, term := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
 					if term != nil {
 						seen[term.ContainerID] = strings.TrimSpace(term.Message)
 					}
 				}
-				mu.Unlock()
 			}
 			return false, nil
 		})
@@ -148,8 +145,6 @@ func watchTerminations(t *testing.T, v *vcluster, pod, container string) func() 
 	return func() []string {
 		cancel()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
 		return slices.Sorted(maps.Values(seen))
 	}
 }

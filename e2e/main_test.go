@@ -338,16 +338,7 @@ func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 // OOM kill or a crash would end it; the kubelet restarts it in place.
 func killContainer(t *testing.T, p *corev1.Pod, name string) {
 	t.Helper()
-	cs := containerStatus(p, name)
-	if cs == nil || cs.ContainerID == "" {
-		t.Fatalf("pod %s has no running container %s", p.Name, name)
-	}
-	_, id, _ := strings.Cut(cs.ContainerID, "://")
-	args := append(append([]string{}, cfg.ctr[1:]...), "--namespace", "k8s.io", "task", "kill", "--signal", "SIGKILL", id)
-	out, err := exec.Command(cfg.ctr[0], args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("killing container %s (%s): %v\n%s", name, id, err, out)
-	}
+	signalContainer(t, p, name, "SIGKILL")
 }
 
 // dumpPod logs the server pod's state and its containers' last log lines, to

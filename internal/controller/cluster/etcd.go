@@ -293,12 +293,12 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 // survivor is never changed. A request not yet under way is refused unless
 // quorum is lost and a voter answers. A done or refused request is recorded
 // as handled. It reports whether the roster must not be replaced yet: while
-// the recovery is under way, and in the
-// reconcile that finds it done, so that the roster keeps naming the request
-// until the status records it as handled (seen on a real node: a reconcile
-// that found it done republished the roster, then failed on a pod update
-// before writing status, and the next one refused the request it had done;
-// the status is now written on every exit, but that write can fail too).
+// the recovery is under way, and in the reconcile that finds it done, so that
+// the roster keeps naming the request until the status records it as handled
+// (seen on a real node: a reconcile that found it done republished the
+// roster, then failed on a pod update before writing status, and the next one
+// refused the request it had done; the status is now written on every exit,
+// but that write can fail too).
 func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Cluster, observed etcd.Observed, o *observation) (bool, error) {
 	request := c.Annotations[v1beta1.AnnotationEtcdRecover]
 	if request == "" || o.etcd.hold || (c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest == request) {
