@@ -18,6 +18,14 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
+# Every Go command of this module builds one way: without cgo and with
+# -trimpath, as the release binaries and images are built. Each other way
+# (cgo on for the tests, paths kept for vet) compiled every dependency once
+# more, and the datastore suites ran twice, once on a cgo SQLite driver that
+# no binary ships (pkg/datastore/sqlite/sidedriver_cgo.go); a cold CI run paid
+# all of it (docs/e2e.md, "CI time").
+export CGO_ENABLED := 0
+export GOFLAGS := -trimpath $(GOFLAGS)
 # Built tools are cached here; it survives between runs on the same machine.
 TOOLS_DIR ?= $(HOME)/.cache/k3k/tools
 OUTPUT    ?= _output
@@ -30,7 +38,6 @@ ACTIONLINT     := $(TOOLS_DIR)/actionlint
 # Packages whose tests run in `make test`; e2e/ has its own target.
 TEST_PKGS ?= ./...
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
-DATASTORE_NOCGO_PKGS ?= ./pkg/datastore/sqlite/... ./pkg/datastore/stmtcache/... ./cmd/datastore/...
 
 ##@ General
 
@@ -42,7 +49,7 @@ help: ## List the targets.
 
 .PHONY: build
 build: ## Build static binaries of every command into _output/bin.
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUTPUT)/bin/ ./cmd/...
+	$(GO) build -o $(OUTPUT)/bin/ ./cmd/...
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, the CRDs (charts/k3k/crds), the chart's agent guard policy and agent ClusterRole, and docs/reference.
@@ -69,11 +76,11 @@ verify: generate $(ACTIONLINT) ## Fail when generated files, go.mod, formatting 
 	@echo "verify: generated files, go.mod and formatting are up to date"
 
 .PHONY: lint
-lint: $(STATICCHECK) ## go vet and staticcheck (the datastore packages also as built without cgo).
+lint: $(STATICCHECK) ## go vet and staticcheck, the e2e suite's package included.
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/
 	$(STATICCHECK) ./...
-	CGO_ENABLED=0 $(GO) vet $(DATASTORE_NOCGO_PKGS)
-	CGO_ENABLED=0 $(STATICCHECK) $(DATASTORE_NOCGO_PKGS)
+	$(STATICCHECK) -tags e2e ./e2e/
 
 .PHONY: tools
 tools: ## Build kube-apiserver, etcd, helm and the generators from source (cached in TOOLS_DIR).
@@ -87,9 +94,19 @@ $(CONTROLLER_GEN) $(STATICCHECK) $(ACTIONLINT): hack/build-tools.sh
 .PHONY: test
 test: tools ## Unit, datastore and envtest suites against a kube-apiserver built from source.
 	$(GO) test $(GO_TEST_FLAGS) $(TEST_PKGS)
-	@# Release binaries are built without cgo, where kine runs on the pure-Go
-	@# SQLite and our statement reuse is on: the datastore suites again that way.
-	CGO_ENABLED=0 $(GO) test $(GO_TEST_FLAGS) $(DATASTORE_NOCGO_PKGS)
+
+# PHASE times a step of `make check` for the table CI prints (hack/phase.sh).
+PHASE := hack/phase.sh run
+
+.PHONY: check
+check: ## Everything CI checks, in its order: verify, lint, test, then the end-to-end suite (root); prints a phase table.
+	@# .ci/run records its set-up phases first (CI_PHASES=1); alone, start a new table.
+	@[ -n "$${CI_PHASES:-}" ] || hack/phase.sh reset
+	$(PHASE) verify $(MAKE) --no-print-directory verify
+	$(PHASE) lint $(MAKE) --no-print-directory lint
+	$(PHASE) test $(MAKE) --no-print-directory test
+	$(PHASE) e2e $(MAKE) --no-print-directory e2e
+	@hack/phase.sh table
 
 .PHONY: bench
 bench: ## Every benchmark; each prints a table.

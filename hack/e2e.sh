@@ -26,6 +26,11 @@
 #        K3K_TOOLS_DIR (default ~/.cache/k3k/tools), HOSTCLUSTER_DIR (default /tmp/k3k-hostcluster)
 set -euo pipefail
 
+# Built the one way the Makefile builds everything (see its header), so the
+# suite's compile reuses what `make test` compiled.
+export CGO_ENABLED=0
+case " ${GOFLAGS:-} " in *" -trimpath "*) ;; *) export GOFLAGS="-trimpath${GOFLAGS:+ $GOFLAGS}" ;; esac
+
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export K3K_TOOLS_DIR=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
@@ -48,7 +53,7 @@ die() { printf 'e2e: %s\n' "$*" >&2; exit 1; }
 prepare() {
   "$ROOT/hack/build-tools.sh" "$K3K_TOOLS_DIR" helm kubectl
   mkdir -p "$BIN"
-  CGO_ENABLED=0 go build -trimpath -o "$BIN/k3kcli" ./cmd/k3kcli
+  go build -o "$BIN/k3kcli" ./cmd/k3kcli
   if [ "${E2E_SKIP_IMAGES:-}" != 1 ] || [ ! -f "$IMAGES/values.yaml" ]; then
     IMAGES_DIR=$IMAGES "$ROOT/hack/images.sh"
   fi
@@ -207,6 +212,15 @@ failures() {
   grep -E '^ *--- FAIL|^FAIL' "$TEST_LOG"
 }
 
+# scenario_times prints each top-level scenario's wall time as go test
+# reported it, longest first, so that drift from run to run shows in CI logs.
+scenario_times() {
+  [ -s "${TEST_LOG:-}" ] || return 0
+  printf '\n===== scenario wall times (s), longest first =====\n'
+  sed -n 's/^--- \(PASS\|FAIL\|SKIP\): \([^ ]*\) (\([0-9.]*\)s)$/\3 \1 \2/p' "$TEST_LOG" |
+    sort -rn | awk '{ printf "%8.1f  %-4s  %s\n", $1, $2, $3; t += $1 } END { printf "%8.1f  sum of %d scenarios\n", t, NR }'
+}
+
 # finish runs on every exit of `test`: on failure it dumps the cluster's state,
 # then it stops the host cluster (unless E2E_KEEP=1). `down` touches only what
 # `up` started (hack/hostcluster/hostcluster.sh).
@@ -220,6 +234,7 @@ finish() {
     sleep 2
     kill -KILL -- "-$CHILD_PGID" 2>/dev/null
   fi
+  scenario_times
   if [ "$rc" != 0 ] && [ -n "${CLUSTER_STARTED:-}" ]; then
     say "failed (exit $rc): dumping the cluster's state"
     dump 2>&1

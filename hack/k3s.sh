@@ -39,6 +39,17 @@ binary() {
     echo "$out"
     return 0
   fi
+  # One build at a time per source: a second caller (the e2e suite's images
+  # while CI builds k3s in the background) waits for the first, then finds
+  # the binary, instead of unpacking the source over the build under way.
+  mkdir -p "$CACHE/$sum"
+  exec 7>"$CACHE/$sum.lock"
+  flock -n 7 || { say "another build of k3s from this source runs: waiting for it ($CACHE/$sum.lock)"; flock 7; }
+  if [ -x "$out" ]; then
+    exec 7>&-
+    echo "$out"
+    return 0
+  fi
   command -v gcc >/dev/null || die "gcc is needed (cgo): apt-get install gcc libc6-dev"
   mkdir -p "$CACHE/$sum"
   # The source tree is unpacked into the cache too, so a failed or interrupted
@@ -88,6 +99,7 @@ binary() {
   mv "$out.tmp" "$out"
   echo "$version" >"$CACHE/$sum/version"
   rm -rf "$src"
+  exec 7>&-
   say "built $out"
   echo "$out"
 }

@@ -99,6 +99,11 @@ need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
 
 cmd_build() {
   need_root
+  # One build at a time: CI builds the host cluster in the background while
+  # the e2e suite's preparation asks for it too; the second waits, then finds
+  # everything built (each step below is cached).
+  exec 6>"$DIR.build.lock"
+  flock -n 6 || { say "another host cluster build runs: waiting for it ($DIR.build.lock)"; flock 6; }
   if ! dpkg -s $PACKAGES >/dev/null 2>&1; then
     say "installing $PACKAGES"
     # Wait for another apt or dpkg run instead of failing on its lock; retry
@@ -189,6 +194,11 @@ clusterDomain: cluster.local
 clusterDNS: [$DNS_IP]
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
+# Every pod gets a process bound (the pids cgroup of its pod): Kubernetes
+# bounds a pod's processes only through this setting, and without it a
+# tenant's fork bomb reaches the node's limit (docs/security.md, "What the
+# host must set"). 4096 leaves a k3s server (a few hundred threads) ample room.
+podPidsLimit: 4096
 # Test images are imported, never pulled: never garbage-collect them.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
