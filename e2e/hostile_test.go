@@ -502,18 +502,24 @@ func asAgent(t *testing.T, v *vcluster) kubernetes.Interface {
 // the agent Deployment to run with it.
 func setPodSecurityLevel(t *testing.T, v *vcluster, level string) {
 	t.Helper()
+	patchClusterForAgent(t, v, `{"spec":{"podSecurityLevel":"`+level+`"}}`, "--pod-security-level="+level)
+}
+
+// patchClusterForAgent merge-patches the Cluster's spec and waits for the
+// agent Deployment to have rolled out with flag on its command line.
+func patchClusterForAgent(t *testing.T, v *vcluster, patch, flag string) {
+	t.Helper()
 	dyn := dynamic.NewForConfigOrDie(restConfig(t, cfg.hostKubeconfig))
 	gvr := schema.GroupVersionResource{Group: "k3k.io", Version: "v1beta1", Resource: "clusters"}
-	patch := []byte(`{"spec":{"podSecurityLevel":"` + level + `"}}`)
-	if _, err := dyn.Resource(gvr).Namespace(v.namespace).Patch(context.Background(), v.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+	if _, err := dyn.Resource(gvr).Namespace(v.namespace).Patch(context.Background(), v.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patching Cluster %s with %s: %v", v.name, patch, err)
 	}
-	eventually(t, 3*time.Minute, "the agent running at "+level, func(ctx context.Context) (bool, error) {
+	eventually(t, 3*time.Minute, "the agent running with "+flag, func(ctx context.Context) (bool, error) {
 		d, err := host.AppsV1().Deployments(v.namespace).Get(ctx, "k3k-"+v.name+"-kubelet", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		if !strings.Contains(strings.Join(d.Spec.Template.Spec.Containers[0].Command, " "), "--pod-security-level="+level) {
+		if !strings.Contains(strings.Join(d.Spec.Template.Spec.Containers[0].Command, " "), flag) {
 			return false, fmt.Errorf("agent command %v", d.Spec.Template.Spec.Containers[0].Command)
 		}
 		if s := d.Status; s.ObservedGeneration < d.Generation || s.UpdatedReplicas != 1 || s.ReadyReplicas != 1 || s.Replicas != 1 {

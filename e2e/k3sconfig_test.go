@@ -21,8 +21,8 @@ import (
 // dials for logs and exec).
 func TestK3sConfig(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "k3sconf")
-	node := "k3k-k3sconf-kubelet"
+	v := sharedCluster(t)
+	node := "k3k-" + v.name + "-kubelet"
 	n := waitAgentNode(t, v)
 
 	t.Run("k3s writes its kubeconfig link and starts no cloud controller", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,7 +141,9 @@ func setup(m *testing.M) (int, error) {
 			return 0, fmt.Errorf("E2E_RECOVERY_ROUNDS=%q is not a positive number", r)
 		}
 	}
-	return m.Run(), nil
+	code := m.Run()
+	deleteShared(code)
+	return code, nil
 }
 
 // vcluster is one virtual cluster under test.
@@ -165,36 +168,38 @@ func k3kcli(t *testing.T, args ...string) string {
 // six minutes (a migration that grows the cluster member by member).
 func k3kcliWithin(t *testing.T, timeout time.Duration, args ...string) string {
 	t.Helper()
+	start := time.Now()
+	out, err := runK3kcli(timeout, args...)
+	t.Logf("k3kcli %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("k3kcli %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// runK3kcli runs the CLI against the host cluster and returns its combined
+// output.
+func runK3kcli(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cfg.k3kcli, append([]string{"--kubeconfig", cfg.hostKubeconfig}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
 	err := cmd.Run()
-	t.Logf("k3kcli %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
-	if err != nil {
-		t.Fatalf("k3kcli %s: %v", strings.Join(args, " "), err)
-	}
-	return out.String()
+	return out.String(), err
 }
 
 // createCluster makes a namespace and a virtual cluster in it exposed on a node
 // port, and returns a client built from the kubeconfig k3kcli wrote.
 func createCluster(t *testing.T, name string, flags ...string) *vcluster {
 	t.Helper()
-	ctx := context.Background()
-	ns := "e2e-" + name
-	if _, err := host.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace %s: %v", ns, err)
-	}
-	v := &vcluster{name: name, namespace: ns, kubeconfig: filepath.Join(cfg.workDir, name+".kubeconfig")}
 	start := time.Now()
-	args := append([]string{"cluster", "create", name, "-n", ns, "--expose", "nodeport",
-		"--timeout", "5m", "--output-kubeconfig", v.kubeconfig}, flags...)
-	k3kcli(t, args...)
-	t.Logf("cluster %s/%s ready after %s", ns, name, time.Since(start).Round(time.Millisecond))
-	v.client = virtualClient(t, v.kubeconfig)
+	v, out, err := newCluster(name, flags...)
+	t.Logf("k3kcli cluster create %s (%s):\n%s", name, time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("creating cluster %s: %v", name, err)
+	}
+	t.Logf("cluster %s/%s ready after %s", v.namespace, name, time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpPod(t, v) // and keep the namespace to look at (E2E_KEEP=1)
@@ -203,11 +208,75 @@ func createCluster(t *testing.T, name string, flags ...string) *vcluster {
 		// Deleting the namespace deletes the Cluster and, through owner
 		// references, all it made: an existing cluster (E2E_CLUSTER=existing)
 		// can run the suite again.
-		if err := host.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}); err != nil {
-			t.Logf("deleting namespace %s: %v", ns, err)
+		if err := host.CoreV1().Namespaces().Delete(context.Background(), v.namespace, metav1.DeleteOptions{}); err != nil {
+			t.Logf("deleting namespace %s: %v", v.namespace, err)
 		}
 	})
 	return v
+}
+
+// newCluster makes namespace e2e-NAME and, with k3kcli, a virtual cluster
+// NAME in it exposed on a node port; it returns the cluster with a client
+// from the kubeconfig k3kcli wrote, and k3kcli's output.
+func newCluster(name string, flags ...string) (*vcluster, string, error) {
+	ctx := context.Background()
+	ns := "e2e-" + name
+	if _, err := host.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, "", fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	v := &vcluster{name: name, namespace: ns, kubeconfig: filepath.Join(cfg.workDir, name+".kubeconfig")}
+	args := append([]string{"cluster", "create", name, "-n", ns, "--expose", "nodeport",
+		"--timeout", "5m", "--output-kubeconfig", v.kubeconfig}, flags...)
+	out, err := runK3kcli(6*time.Minute, args...)
+	if err != nil {
+		return nil, out, fmt.Errorf("k3kcli cluster create: %w", err)
+	}
+	if v.client, err = newVirtualClient(v.kubeconfig); err != nil {
+		return nil, out, err
+	}
+	return v, out, nil
+}
+
+// shared is the suite's one virtual cluster for scenarios that only need a
+// healthy cluster and change nothing another can see: each works in virtual
+// namespaces of its own and never restarts, pauses or reconfigures it. It is
+// made by the first scenario that asks (the others wait), and deleted after
+// the run unless a scenario failed (then it stays for the dump).
+var shared struct {
+	once sync.Once
+	v    *vcluster
+	out  string
+	err  error
+}
+
+// sharedCluster returns the shared cluster, making it on first use.
+func sharedCluster(t *testing.T) *vcluster {
+	t.Helper()
+	shared.once.Do(func() {
+		start := time.Now()
+		shared.v, shared.out, shared.err = newCluster("shared")
+		t.Logf("the shared cluster made by this scenario in %s:\n%s", time.Since(start).Round(time.Millisecond), shared.out)
+	})
+	if shared.err != nil {
+		t.Fatalf("the shared cluster: %v\n%s", shared.err, shared.out)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpPod(t, shared.v)
+		}
+	})
+	return shared.v
+}
+
+// deleteShared deletes the shared cluster's namespace after a run in which
+// every scenario passed.
+func deleteShared(code int) {
+	if shared.v == nil || code != 0 {
+		return
+	}
+	if err := host.CoreV1().Namespaces().Delete(context.Background(), shared.v.namespace, metav1.DeleteOptions{}); err != nil {
+		fmt.Fprintf(os.Stderr, "deleting the shared cluster's namespace %s: %v\n", shared.v.namespace, err)
+	}
 }
 
 // restConfig loads the kubeconfig at path.
@@ -224,15 +293,26 @@ func restConfig(t *testing.T, path string) *rest.Config {
 // request to a server that is gone fails fast instead of hanging.
 func virtualClient(t *testing.T, path string) kubernetes.Interface {
 	t.Helper()
-	rc := restConfig(t, path)
+	c, err := newVirtualClient(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newVirtualClient(path string) (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", path, err)
+	}
 	u, err := url.Parse(rc.Host)
 	if err != nil || !strings.HasPrefix(u.Host, cfg.nodeIP+":") {
-		t.Fatalf("the kubeconfig points at %s, not at the node %s", rc.Host, cfg.nodeIP)
+		return nil, fmt.Errorf("the kubeconfig points at %s, not at the node %s", rc.Host, cfg.nodeIP)
 	}
 	rc.Timeout = 3 * time.Second
 	rc.Dial = (&net.Dialer{Timeout: 2 * time.Second}).DialContext
 	rc.QPS, rc.Burst = 50, 100
-	return kubernetes.NewForConfigOrDie(rc)
+	return kubernetes.NewForConfig(rc)
 }
 
 // eventually polls cond every 250ms until it returns true or timeout passes.

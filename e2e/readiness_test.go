@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Real k3s opens its port and writes its kubeconfig seconds before its API
@@ -118,17 +120,15 @@ type event struct {
 	what string
 }
 
-// TestReadinessHAServersDeletedOneByOne: with three servers on etcd, a client
-// sends requests through the Service, each on a new connection, while the
-// server pods are deleted one at a time, each after its predecessor's
-// replacement is Ready. A replacement that joins the Service before its API
-// serves fails requests right after it turns Ready; those must not happen.
-// Errors while a deleted pod terminates are counted and reported apart.
-func TestReadinessHAServersDeletedOneByOne(t *testing.T) {
-	t.Parallel()
-	v := createCluster(t, "rolling", "--servers", "3", "--datastore", "etcd", "--timeout", "15m")
-	crc := clusterClient(t)
-	waitMembers(t, crc, v, 3, 10*time.Minute)
+// rollingServerDeletion deletes v's three etcd server pods one at a time,
+// each after its predecessor's replacement is Ready, while a client sends
+// requests through the Service, each on a new connection. Each replacement
+// must come back on a new IP as the same member (members, the IDs by pod),
+// and a replacement that joins the Service before its API serves would fail
+// requests right after it turns Ready: those must not happen. Errors while a
+// deleted pod terminates are counted and reported apart.
+func rollingServerDeletion(t *testing.T, v *vcluster, crc client.Client, members map[string]string) {
+	t.Helper()
 	c := freshClient(t, v.kubeconfig)
 
 	type failure struct {
@@ -165,6 +165,10 @@ func TestReadinessHAServersDeletedOneByOne(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	defer func() {
+		stop()
+		<-done
+	}()
 
 	// settle keeps each replacement's first seconds in the Service apart from
 	// the next deletion, so an error is placed against one event only.
@@ -173,13 +177,21 @@ func TestReadinessHAServersDeletedOneByOne(t *testing.T) {
 	for i := range 3 {
 		pod := fmt.Sprintf("k3k-%s-server-%d", v.name, i)
 		old := getPod(t, v, pod)
-		deletions = append(deletions, event{time.Now(), "deleted " + pod})
+		start := time.Now()
+		deletions = append(deletions, event{start, "deleted " + pod})
 		if err := host.CoreV1().Pods(v.namespace).Delete(context.Background(), pod, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		fresh := waitPodReplaced(t, v, old, 8*time.Minute)
+		if fresh.Status.PodIP == old.Status.PodIP {
+			t.Fatalf("the new %s has the old IP %s; the test proves nothing", pod, old.Status.PodIP)
+		}
 		joins = append(joins, event{readySince(fresh), pod + " (new) Ready"})
-		waitMembers(t, crc, v, 3, 8*time.Minute)
+		after := waitMembers(t, crc, v, 3, 8*time.Minute)
+		if !maps.Equal(after, members) {
+			t.Fatalf("members changed from %v to %v; a pod with a new IP must stay the same member", members, after)
+		}
+		t.Logf("%s %s → %s: member healthy again after %s", pod, old.Status.PodIP, fresh.Status.PodIP, time.Since(start).Round(time.Second))
 		time.Sleep(settle)
 	}
 	stop()
@@ -188,6 +200,8 @@ func TestReadinessHAServersDeletedOneByOne(t *testing.T) {
 	// An error within settle after a replacement turned Ready, and not while a
 	// deleted pod was still terminating (before its replacement was Ready), is
 	// one a not-yet-serving server caused.
+	mu.Lock()
+	defer mu.Unlock()
 	var joining, terminating []failure
 	for _, f := range failures {
 		blamed := false

@@ -27,7 +27,7 @@ import (
 // host claim.
 func TestStatefulSetKeepsData(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "volumes")
+	v := sharedCluster(t)
 	waitAgentNode(t, v)
 
 	const ns = "db"
@@ -160,7 +160,7 @@ func TestStatefulSetKeepsData(t *testing.T) {
 // is failed UnsupportedPod, with no host pod.
 func TestHostileClaims(t *testing.T) {
 	t.Parallel()
-	v := createCluster(t, "claims")
+	v := sharedCluster(t)
 	node := waitAgentNode(t, v)
 	serverClaim, err := host.CoreV1().PersistentVolumeClaims(v.namespace).Get(context.Background(), "data-"+v.pod(), metav1.GetOptions{})
 	if err != nil {
@@ -238,7 +238,9 @@ func TestHostileClaims(t *testing.T) {
 	if p.Status.Reason != "UnsupportedPod" || !strings.Contains(p.Status.Message, `claim "clone-server" is not synced to the host`) {
 		t.Errorf("thief: reason %q message %q", p.Status.Reason, p.Status.Message)
 	}
-	list, err := host.CoreV1().PersistentVolumeClaims(v.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=k3k-kubelet"})
+	// The shared cluster has other scenarios' claims: only this namespace's count.
+	list, err := host.CoreV1().PersistentVolumeClaims(v.namespace).List(context.Background(), metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/managed-by=k3k-kubelet,k3k.io/cluster=" + v.name + ",k3k.io/virtual-namespace=" + ns})
 	if err != nil {
 		t.Fatal(err)
 	}

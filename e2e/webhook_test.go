@@ -38,7 +38,7 @@ func TestWebhookAndAggregatedAPI(t *testing.T) {
 	if image == "" {
 		image = "k3k-io/k3k-e2e-webhook:dev" // hack/images.sh e2e-webhook
 	}
-	v := createCluster(t, "hooks")
+	v := sharedCluster(t)
 	const ns, svcName = "hooks", "e2e-webhook"
 	waitAgentNode(t, v)
 

@@ -1,0 +1,588 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+)
+
+// TestTenantIsolationDefaults tries, as a virtual cluster's admin would, the
+// first moves that need no setting the hostile suite names (docs/security.md,
+// "Defaults an attacker meets"): what a pod that says nothing about seccomp,
+// limits or grace gets on the host; what the tenant's DNS tells about host
+// names; where the virtual API server can be made to connect (fake Nodes, a
+// pod status, hand-written Endpoints, a webhook URL); where a tenant pod can
+// connect on the node; extended resources on a pod that skips the scheduler;
+// and how long a pod that ignores SIGTERM outlives its virtual pod, its
+// namespace and its Cluster. Every probe runs from inside a tenant pod or
+// through the virtual API, and each "refused" has a control that reaches
+// something, so a broken probe cannot pass.
+func TestTenantIsolationDefaults(t *testing.T) {
+	t.Parallel()
+	v := createCluster(t, "iso")
+	const grace = 20
+	setMaxGrace(t, v, grace)
+	waitAgentNode(t, v)
+	const ns = "intruder"
+	createVirtualNamespace(t, v, ns)
+
+	probePod := hostilePod(ns, "probe", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "shm", MountPath: "/shm"}}
+	})
+	createVirtualPod(t, v, probePod)
+	createVirtualPod(t, v, inNamespace(httpdPod("web"), ns))
+	waitPodPhase(t, v, ns, "probe", corev1.PodRunning)
+	waitPodPhase(t, v, ns, "web", corev1.PodRunning)
+	rc := restConfig(t, v.kubeconfig)
+	run := func(t *testing.T, script string) string {
+		t.Helper()
+		var out string
+		eventually(t, time.Minute, "exec in the probe pod: "+script, func(ctx context.Context) (bool, error) {
+			o, e, err := execIn(ctx, rc, ns, "probe", "main", "", "sh", "-c", script+"; echo exit=$?")
+			if err != nil || !strings.Contains(o, "exit=") {
+				return false, fmt.Errorf("exec: %v (%q %q)", err, o, e)
+			}
+			out = o
+			return true, nil
+		})
+		return out
+	}
+	hostProbe := hostCopy(t, v, "pods", ns, "probe").(*corev1.Pod)
+
+	t.Run("a pod that names no seccomp profile runs under the runtime's default", func(t *testing.T) {
+		if sp := hostProbe.Spec.SecurityContext.SeccompProfile; sp == nil || sp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("host pod %s: pod seccompProfile %+v, want RuntimeDefault", hostProbe.Name, sp)
+		}
+		status := run(t, "grep '^Seccomp:' /proc/self/status")
+		if !strings.Contains(status, "Seccomp:\t2") {
+			t.Errorf("in the pod: %q, want Seccomp: 2 (filter)", status)
+		}
+		// The user-namespace door: unshare(CLONE_NEWUSER) is one of the calls
+		// the runtime's default profile refuses without CAP_SYS_ADMIN.
+		out := run(t, "unshare -U -r id 2>&1")
+		if strings.Contains(out, "applet not found") {
+			t.Fatalf("the toolbox has no unshare: the probe proves nothing (%q)", out)
+		}
+		if strings.Contains(out, "exit=0") || !strings.Contains(out, "Operation not permitted") {
+			t.Errorf("unshare -U -r in a tenant pod: %q, want it refused (Operation not permitted)", out)
+		}
+		t.Logf("seccomp: %s; unshare -U -r: %s", strings.TrimSpace(status), firstLine(out))
+	})
+
+	t.Run("a container that sets no resources gets requests, a memory limit, and its pod a pids bound", func(t *testing.T) {
+		r := hostProbe.Spec.Containers[0].Resources
+		for name, want := range map[string]struct {
+			got  resource.Quantity
+			want string
+		}{
+			"limits.memory":   {r.Limits[corev1.ResourceMemory], "512Mi"},
+			"requests.memory": {r.Requests[corev1.ResourceMemory], "32Mi"},
+			"requests.cpu":    {r.Requests[corev1.ResourceCPU], "10m"},
+		} {
+			if want.got.Cmp(resource.MustParse(want.want)) != 0 {
+				t.Errorf("host container %s = %s, want %s", name, want.got.String(), want.want)
+			}
+		}
+		mem := run(t, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max")
+		if !strings.Contains(mem, "536870912") {
+			t.Errorf("the container's memory limit as the kernel sees it: %q, want 536870912", mem)
+		}
+		pids, err := podCgroupValue(hostProbe.UID, "pids", "pids.max")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pids == "max" || pids == "" {
+			t.Errorf("the host pod's pids.max is %q: a fork bomb reaches the node's limit (kubelet podPidsLimit)", pids)
+		}
+		t.Logf("host container resources %v; memory limit in the pod %s; pod pids.max %s", r, strings.TrimSpace(strings.Split(mem, "exit=")[0]), pids)
+	})
+
+	t.Run("a Memory emptyDir without a size is sized to the pod's memory limit", func(t *testing.T) {
+		var got *resource.Quantity
+		for _, vol := range hostProbe.Spec.Volumes {
+			if vol.Name == "shm" && vol.EmptyDir != nil {
+				got = vol.EmptyDir.SizeLimit
+			}
+		}
+		if got == nil || got.Cmp(resource.MustParse("512Mi")) != 0 {
+			t.Errorf("host volume shm sizeLimit %v, want 512Mi", got)
+		}
+		df := run(t, "df -k /shm | tail -1")
+		t.Logf("df /shm in the pod: %s", firstLine(df))
+	})
+
+	t.Run("the tenant's DNS names nothing of the host", func(t *testing.T) {
+		createVirtualService(t, v, ns, "web", 8080)
+		own := run(t, "nslookup web."+ns+".svc.cluster.local 2>&1")
+		if strings.Contains(own, "can't find") || !strings.Contains(own, "Address") {
+			t.Fatalf("control: the tenant's own Service does not resolve: %q", own)
+		}
+		hostDNS, err := host.CoreV1().Services("kube-system").Get(context.Background(), "kube-dns", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostAPI, err := host.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{
+			"kube-dns.kube-system.svc.cluster.local",               // the host's DNS Service
+			v.service() + "." + v.namespace + ".svc.cluster.local", // a cluster's API Service on the host
+			"kubernetes.default.svc.cluster.local",                 // the host API's name: the agent answers it with the virtual API
+		} {
+			out := run(t, "nslookup "+name+" 2>&1")
+			if strings.Contains(out, hostDNS.Spec.ClusterIP+"\n") || strings.Contains(out, hostAPI.Spec.ClusterIP+"\n") {
+				t.Errorf("nslookup %s from a tenant pod answers a host address: %q", name, out)
+			}
+			if !strings.HasPrefix(name, "kubernetes.") && !strings.Contains(out, "NXDOMAIN") && !strings.Contains(out, "can't find") {
+				t.Errorf("nslookup %s from a tenant pod: %q, want NXDOMAIN", name, out)
+			}
+			t.Logf("nslookup %s: %s", name, strings.Join(strings.Fields(strings.Split(out, "exit=")[0]), " "))
+		}
+		ptr := run(t, "nslookup "+hostDNS.Spec.ClusterIP+" 2>&1")
+		if strings.Contains(ptr, "kube-dns") || strings.Contains(ptr, "kube-system") {
+			t.Errorf("reverse lookup of the host DNS address names it: %q", ptr)
+		}
+	})
+
+	// Host addresses a tenant would aim the virtual API server at.
+	coredns := hostPodIP(t, "kube-system", "k8s-app=kube-dns")
+	controller := hostPodIP(t, "k3k-system", "")
+	proxy := newProxyProber(t, v)
+
+	t.Run("the virtual API server reaches nothing of the host for a tenant", func(t *testing.T) {
+		// Control: the proxy path works, to the tenant's own pod.
+		eventually(t, 2*time.Minute, "pods/proxy to the tenant's own pod", func(ctx context.Context) (bool, error) {
+			body, err := proxy.get(ctx, "/api/v1/namespaces/"+ns+"/pods/web:8080/proxy/")
+			return err == nil && strings.Contains(body, "hello"), fmt.Errorf("%v: %q", err, body)
+		})
+		fakeNode(t, v, "fake-dns", coredns, 8080)
+		fakeNode(t, v, "fake-controller", controller, 8080)
+		fakeNode(t, v, "fake-node", cfg.nodeIP, 10250)
+		decoy := "decoy"
+		// Bound to a fake Node: the agent never runs it, and the virtual pod
+		// garbage collector keeps pods of nodes that exist.
+		createVirtualPod(t, v, hostilePod(ns, decoy, func(p *corev1.Pod) { p.Spec.NodeName = "fake-dns" }))
+		if err := retry(func(ctx context.Context) error {
+			p, err := v.client.CoreV1().Pods(ns).Get(ctx, decoy, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Status.Phase = corev1.PodRunning
+			p.Status.PodIP, p.Status.PodIPs = coredns, []corev1.PodIP{{IP: coredns}}
+			_, err = v.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatalf("patching the decoy pod's status: %v", err)
+		}
+		handWrittenEndpoints(t, v, ns, "evil", coredns, 8080)
+
+		for _, try := range []struct{ what, path, leak string }{
+			{"the host DNS's health through a fake Node", "/api/v1/nodes/http:fake-dns:8080/proxy/health", "OK"},
+			{"the k3k controller's metrics through a fake Node", "/api/v1/nodes/http:fake-controller:8080/proxy/metrics", "controller_runtime"},
+			{"the host kubelet through a fake Node", "/api/v1/nodes/https:fake-node:10250/proxy/pods", ""},
+			{"the host DNS's health through a pod status", "/api/v1/namespaces/" + ns + "/pods/http:" + decoy + ":8080/proxy/health", "OK"},
+			{"the host DNS's health through hand-written Endpoints", "/api/v1/namespaces/" + ns + "/services/http:evil:8080/proxy/health", "OK"},
+		} {
+			body, err := proxy.get(context.Background(), try.path)
+			if !blockedByPolicy(err) || (try.leak != "" && strings.Contains(body, try.leak)) {
+				t.Errorf("%s: reached (%v: %q), want the connection refused", try.what, err, firstLine(body))
+				continue
+			}
+			t.Logf("escape %s: refused (%v)", try.what, err)
+		}
+
+		msg := webhookCallTo(t, v, "https://"+coredns+":8080/health")
+		if !blockedByPolicy(errors.New(msg)) {
+			t.Errorf("a webhook aimed at the host DNS: %q, want the connection refused", msg)
+		} else {
+			t.Logf("escape a webhook URL at the host DNS: refused (%s)", msg)
+		}
+	})
+
+	t.Run("a tenant pod reaches none of the node's addresses", func(t *testing.T) {
+		api, err := host.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := url.Parse(restConfig(t, v.kubeconfig).Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := prober{rc: rc, ns: ns, pod: "probe"}
+		// Control: the virtual API, through the address the pod is given.
+		apiSvc, err := host.CoreV1().Services(v.namespace).Get(context.Background(), v.service(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.expect(t, probe{what: "its own virtual API (control)", ip: apiSvc.Spec.ClusterIP, port: 443, path: "/"}, true)
+		nodePort, err := strconv.Atoi(u.Port())
+		if err != nil {
+			t.Fatalf("the kubeconfig's server %s has no node port", u.Host)
+		}
+		for _, pr := range []probe{
+			{what: "the host API on the node", ip: cfg.nodeIP, port: 6443, path: "/"},
+			{what: "the host kubelet", ip: cfg.nodeIP, port: 10250, path: "/"},
+			{what: "the host etcd", ip: cfg.nodeIP, port: 2479, path: "/"},
+			{what: "its own cluster's node port", ip: cfg.nodeIP, port: nodePort, path: "/"},
+			{what: "the host API's ClusterIP", ip: api.Spec.ClusterIP, port: 443, path: "/"},
+		} {
+			p.expect(t, pr, false)
+		}
+	})
+
+	t.Run("a pod asking for a resource the node does not have is refused", func(t *testing.T) {
+		node := "k3k-" + v.name + "-kubelet"
+		createVirtualPod(t, v, hostilePod(ns, "gpu", func(p *corev1.Pod) {
+			p.Spec.NodeName = node // skips the virtual scheduler
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+		}))
+		waitPodPhase(t, v, ns, "gpu", corev1.PodFailed)
+		p, err := v.client.CoreV1().Pods(ns).Get(context.Background(), "gpu", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Reason != "OutOfnvidia.com/gpu" {
+			t.Errorf("reason %q (%s), want OutOfnvidia.com/gpu", p.Status.Reason, p.Status.Message)
+		}
+		if _, ok := findHostCopy(context.Background(), v, "pods", ns, "gpu"); ok {
+			t.Errorf("a host pod was made for it")
+		}
+		t.Logf("escape extended-resource: refused (%s: %s)", p.Status.Reason, p.Status.Message)
+	})
+
+	// A pod that ignores SIGTERM, asks for a year of grace and sleeps in its
+	// preStop hook: the host pod must be gone within the Cluster's cap.
+	stubborn := func(name string) *corev1.Pod {
+		return hostilePod(ns, name, func(p *corev1.Pod) {
+			p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(31536000))
+			p.Spec.Containers[0].Command = []string{"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}
+			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "31536000"}}}}
+		})
+	}
+	gone := func(t *testing.T, hp *corev1.Pod, since time.Time) {
+		t.Helper()
+		limit := time.Duration(grace)*time.Second + 45*time.Second // the cap, and the kubelet's and GC's own pace
+		eventually(t, limit, "host pod "+hp.Name+" gone", func(ctx context.Context) (bool, error) {
+			p, err := host.CoreV1().Pods(v.namespace).Get(ctx, hp.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && p.UID != hp.UID) {
+				return true, nil
+			}
+			return false, fmt.Errorf("still there: %v", err)
+		})
+		t.Logf("host pod %s gone %s after the deletion (cap %ds)", hp.Name, time.Since(since).Round(time.Second), grace)
+	}
+	startStubborn := func(t *testing.T, name string) *corev1.Pod {
+		t.Helper()
+		createVirtualPod(t, v, stubborn(name))
+		waitPodPhase(t, v, ns, name, corev1.PodRunning)
+		hp := hostCopy(t, v, "pods", ns, name).(*corev1.Pod)
+		if g := hp.Spec.TerminationGracePeriodSeconds; g == nil || *g != grace {
+			t.Errorf("host pod %s terminationGracePeriodSeconds %v, want the cap %d", hp.Name, g, grace)
+		}
+		return hp
+	}
+
+	t.Run("a year-long grace period ends within the cap when the pod is deleted", func(t *testing.T) {
+		hp := startStubborn(t, "stubborn")
+		start := time.Now()
+		if err := retry(func(ctx context.Context) error {
+			return v.client.CoreV1().Pods(ns).Delete(ctx, "stubborn", metav1.DeleteOptions{})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, hp, start)
+	})
+
+	t.Run("and when its namespace is deleted and the virtual pod force-deleted", func(t *testing.T) {
+		const other = "doomed"
+		createVirtualNamespace(t, v, other)
+		p := stubborn("stubborn")
+		p.Namespace = other
+		createVirtualPod(t, v, p)
+		waitPodPhase(t, v, other, "stubborn", corev1.PodRunning)
+		hp := hostCopy(t, v, "pods", other, "stubborn").(*corev1.Pod)
+		start := time.Now()
+		if err := retry(func(ctx context.Context) error {
+			return v.client.CoreV1().Namespaces().Delete(ctx, other, metav1.DeleteOptions{})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := retry(func(ctx context.Context) error {
+			err := v.client.CoreV1().Pods(other).Delete(ctx, "stubborn", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, hp, start)
+	})
+
+	t.Run("and when the Cluster is deleted", func(t *testing.T) {
+		hp := startStubborn(t, "stubborn-last")
+		start := time.Now()
+		k3kcli(t, "cluster", "delete", v.name, "-n", v.namespace)
+		gone(t, hp, start)
+	})
+}
+
+// setMaxGrace sets the Cluster's spec.maxTerminationGracePeriodSeconds and
+// waits for the agent to run with it.
+func setMaxGrace(t *testing.T, v *vcluster, seconds int) {
+	t.Helper()
+	patchClusterForAgent(t, v, fmt.Sprintf(`{"spec":{"maxTerminationGracePeriodSeconds":%d}}`, seconds),
+		fmt.Sprintf("--max-termination-grace-period-seconds=%d", seconds))
+}
+
+// createVirtualNamespace makes namespace ns in v (an existing one counts).
+func createVirtualNamespace(t *testing.T, v *vcluster, ns string) {
+	t.Helper()
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("creating virtual namespace %s: %v", ns, err)
+	}
+}
+
+// createVirtualService makes a ClusterIP Service selecting app=name.
+func createVirtualService(t *testing.T, v *vcluster, ns, name string, port int32) {
+	t.Helper()
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
+				Ports: []corev1.ServicePort{{Port: port}}},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("creating virtual Service %s/%s: %v", ns, name, err)
+	}
+}
+
+// hostPodIP is the IP of a Running host pod in ns matching selector.
+func hostPodIP(t *testing.T, ns, selector string) string {
+	t.Helper()
+	pods, err := host.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && !p.Spec.HostNetwork {
+			return p.Status.PodIP
+		}
+	}
+	t.Fatalf("no Running pod in host namespace %s with %q", ns, selector)
+	return ""
+}
+
+// fakeNode registers a Node the tenant made up, whose address is ip and whose
+// kubelet port is port.
+func fakeNode(t *testing.T, v *vcluster, name, ip string, port int32) {
+	t.Helper()
+	if err := retry(func(ctx context.Context) error {
+		n, err := v.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			n, err = v.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return err
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		n.Status.DaemonEndpoints.KubeletEndpoint.Port = port
+		_, err = v.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("fake node %s: %v", name, err)
+	}
+}
+
+// handWrittenEndpoints makes a selector-less Service whose Endpoints and
+// EndpointSlice point at ip:port.
+func handWrittenEndpoints(t *testing.T, v *vcluster, ns, name, ip string, port int32) {
+	t.Helper()
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: port}}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		//lint:ignore SA1019 v1 Endpoints are what the API server's Service proxy reads
+		_, err = v.client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip}},
+				Ports: []corev1.EndpointPort{{Name: "http", Port: port}}}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		_, err = v.client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name + "-manual", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port)}},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("hand-written endpoints %s: %v", name, err)
+	}
+}
+
+// webhookCallTo installs a validating webhook with a URL, scoped to a
+// namespace of its own, makes the virtual API server call it once (a
+// ConfigMap create there) and returns what the API server said of the call.
+func webhookCallTo(t *testing.T, v *vcluster, target string) string {
+	t.Helper()
+	const ns = "hook-target"
+	if err := retry(func(ctx context.Context) error {
+		_, err := v.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: ns, Labels: map[string]string{"e2e.k3k.io/hook-target": "on"}}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		_, err = v.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "e2e-hook-target"},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+				Name:         "target.e2e.k3k.io",
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(target)},
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				}},
+				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"e2e.k3k.io/hook-target": "on"}},
+				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				AdmissionReviewVersions: []string{"v1"},
+				TimeoutSeconds:          ptr.To(int32(10)),
+			}},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("installing the webhook: %v", err)
+	}
+	var msg string
+	eventually(t, time.Minute, "the API server's answer about the webhook", func(ctx context.Context) (bool, error) {
+		_, err := v.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
+		if err == nil {
+			return false, errors.New("the create passed: the webhook was not called yet")
+		}
+		if !strings.Contains(err.Error(), "target.e2e.k3k.io") {
+			return false, err
+		}
+		msg = err.Error()
+		return true, nil
+	})
+	if err := retry(func(ctx context.Context) error {
+		err := v.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "e2e-hook-target", metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Errorf("removing the webhook: %v", err)
+	}
+	return msg
+}
+
+// blockedByPolicy says whether err is the virtual API server failing to
+// connect (the enforcer rejects with "connection refused", or drops: a
+// timeout), as opposed to an answer from the target.
+func blockedByPolicy(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, s := range []string{"connection refused", "i/o timeout", "no route to host", "context deadline exceeded", "dial tcp"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// proxyProber sends GETs through the virtual API with a timeout longer than
+// the API server's own dial timeout, so a dropped connection reads as the
+// API server's error rather than the client's.
+type proxyProber struct{ c kubernetes.Interface }
+
+func newProxyProber(t *testing.T, v *vcluster) proxyProber {
+	rc := rest.CopyConfig(restConfig(t, v.kubeconfig))
+	rc.Timeout = 90 * time.Second
+	return proxyProber{c: kubernetes.NewForConfigOrDie(rc)}
+}
+
+func (p proxyProber) get(ctx context.Context, path string) (string, error) {
+	body, err := p.c.CoreV1().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+	return string(body), err
+}
+
+// podCgroupValue reads file of the host pod's cgroup (controller v1, or the
+// unified hierarchy) on this node, where the tests run.
+func podCgroupValue(uid types.UID, controller, file string) (string, error) {
+	want := "pod" + string(uid)
+	wantSystemd := "pod" + strings.ReplaceAll(string(uid), "-", "_")
+	for _, root := range []string{"/sys/fs/cgroup/" + controller, "/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		var found string
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			switch {
+			case err != nil && d != nil && d.IsDir():
+				return filepath.SkipDir
+			case err != nil || !d.IsDir():
+				return nil
+			case found != "":
+				return filepath.SkipAll
+			}
+			if strings.Count(strings.TrimPrefix(path, root), "/") > 4 {
+				return filepath.SkipDir
+			}
+			base := filepath.Base(path)
+			if base == want || strings.Contains(base, wantSystemd) {
+				if _, err := os.Stat(filepath.Join(path, file)); err == nil {
+					found = filepath.Join(path, file)
+				}
+			}
+			return nil
+		})
+		if found != "" {
+			b, err := os.ReadFile(found)
+			return strings.TrimSpace(string(b)), err
+		}
+	}
+	return "", fmt.Errorf("no cgroup of pod %s with %s on this node", uid, file)
+}
