@@ -48,6 +48,7 @@ type options struct {
 	credentialsDir, healthAddress          string
 	hostKubeconfig                         string
 	clusterDNS, clusterDomain              string
+	hostClusterDomain                      string
 	apiServerService, dnsService           string
 	dnsPort                                int
 	kubeletPort                            int32
@@ -101,6 +102,7 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.StringVar(&o.hostKubeconfig, "kubeconfig", "", "kubeconfig for the host cluster; default: the pod's ServiceAccount")
 	f.StringVar(&o.clusterDNS, "cluster-dns", "", "nameserver for ClusterFirst pods; empty keeps the host's DNS")
 	f.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "the virtual cluster's DNS domain")
+	f.StringVar(&o.hostClusterDomain, "host-cluster-domain", "cluster.local", "the host cluster's DNS domain: the agent's DNS server answers its names NXDOMAIN and denies forwarded replies that name it, so tenants learn no host names")
 	f.StringVar(&o.apiServerService, "api-server-service", "", "the cluster's API Service in the host namespace; pods get its name and ClusterIP as KUBERNETES_SERVICE_HOST instead of the host API's. Empty: the host kubelet's values stay")
 	f.StringVar(&o.dnsService, "dns-service", "", "the cluster's DNS Service in the host namespace: pods with dnsPolicy ClusterFirst use its ClusterIP as nameserver, and the agent answers behind it on --dns-port. Overrides --cluster-dns")
 	f.IntVar(&o.dnsPort, "dns-port", layout.AgentDNSPort, "port (UDP and TCP) of the agent's DNS server, started with --dns-service")
@@ -155,6 +157,7 @@ func agentConfig(o options) (agent.Config, error) {
 		},
 		Resync:        o.resync,
 		SyncIngresses: o.syncIngresses,
+		HostDomain:    o.hostClusterDomain,
 	}
 	if o.clusterUID != "" {
 		cfg.Translate.OwnerReferences = []metav1.OwnerReference{{

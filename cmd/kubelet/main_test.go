@@ -111,3 +111,30 @@ func TestClusterSettingsReachTheAgent(t *testing.T) {
 		t.Errorf("a disabled switch still syncs: %v %v", cfg.SyncIngresses, cfg.Translate.IngressClasses)
 	}
 }
+
+// TestHostClusterDomainReachesTheAgent: the host's DNS domain, which the
+// agent's DNS server denies to tenants, is cluster.local unless the flag says
+// otherwise.
+func TestHostClusterDomainReachesTheAgent(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-name=demo", "--host-namespace=tenants"}, "cluster.local"},
+		{[]string{"--cluster-name=demo", "--host-namespace=tenants", "--host-cluster-domain=corp.internal"}, "corp.internal"},
+	} {
+		var o options
+		cmd := &cobra.Command{}
+		bindFlags(cmd, &o)
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := agentConfig(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HostDomain != tc.want {
+			t.Errorf("%v: host domain %q, want %q", tc.args, cfg.HostDomain, tc.want)
+		}
+	}
+}

@@ -68,6 +68,10 @@ type Config struct {
 	// Resync is how often every pod and Service is reconciled without an
 	// event. Default 30s.
 	Resync time.Duration
+	// HostDomain is the host cluster's DNS domain. The agent's DNS server
+	// never forwards its names and never passes on a forwarded reply that
+	// names anything in it (package dnsserver). Default cluster.local.
+	HostDomain string
 	// SyncIngresses copies the virtual cluster's Ingresses to the host
 	// (package ingresssync), with the classes Translate.IngressClasses maps.
 	SyncIngresses bool
@@ -103,6 +107,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "k3k-kubelet"
+	}
+	if cfg.HostDomain != "" {
+		// Checked here so that a bad flag stops the agent rather than only
+		// its DNS server.
+		if err := dnsserver.CheckDomain(cfg.HostDomain); err != nil {
+			return nil, fmt.Errorf("agent: host domain: %w", err)
+		}
 	}
 	tr, err := translate.New(cfg.Translate)
 	if err != nil {
@@ -275,16 +286,19 @@ func (a *Agent) ServeKubeletAPI(ctx context.Context, ln net.Listener) error {
 }
 
 // ServeDNS answers DNS on pc (UDP) and ln (TCP) until ctx ends: the virtual
-// cluster's Service names from the Service caches, everything else forwarded
-// to upstreams (the agent pod's own resolvers, the host DNS). Host pods reach
-// it through the cluster's DNS Service, whose ClusterIP is their nameserver
+// cluster's Service names from the Service caches, every other name of the
+// virtual and of the host cluster's domain (Config.HostDomain) NXDOMAIN, the
+// rest forwarded to upstreams (the agent pod's own resolvers, the host DNS),
+// whose replies naming either domain are denied. Host pods reach it through
+// the cluster's DNS Service, whose ClusterIP is their nameserver
 // (translate.Config.ClusterDNS).
 func (a *Agent) ServeDNS(ctx context.Context, pc net.PacketConn, ln net.Listener, upstreams []string) error {
 	srv, err := dnsserver.New(dnsserver.Config{
-		Domain:    a.tr.Config().ClusterDomain,
-		Source:    a.svcs.DNSSource(),
-		Upstreams: upstreams,
-		Logger:    logr.FromContextOrDiscard(ctx),
+		Domain:     a.tr.Config().ClusterDomain,
+		HostDomain: a.cfg.HostDomain,
+		Source:     a.svcs.DNSSource(),
+		Upstreams:  upstreams,
+		Logger:     logr.FromContextOrDiscard(ctx),
 	})
 	if err != nil {
 		return err

@@ -119,7 +119,8 @@ func TestAgentAnswersVirtualServiceNames(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			// Forwarded to the upstream, which knows only example.org.
+			// Denied by the agent itself: a name of the cluster domain is
+			// never forwarded.
 			if r.Rcode != dns.RcodeNameError {
 				return fmt.Errorf("rcode %s, answers %v", dns.RcodeToString[r.Rcode], answers(r))
 			}

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
@@ -124,6 +125,33 @@ func TestAgentServesContainerLogs(t *testing.T) {
 	}
 	if code, body := post(nobodyCert, "/exec/"+ns+"/app/main?command=date&output=1"); code != http.StatusForbidden {
 		t.Errorf("exec by a user without nodes/proxy: %d %q", code, body)
+	}
+
+	// A host pod that only has the name derived for a virtual pod (made by
+	// someone else, without the agent's labels and annotations) does not
+	// answer for it: the agent leaves it alone and the kubelet API refuses,
+	// naming the virtual pod only.
+	squatter, err := hostAdmin.CoreV1().Pods(hostNamespace).Create(c, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: hostPodName(ns, "squat"), Namespace: hostNamespace},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createVirtual(t, boundPod(ns, "squat"))
+	for _, path := range []string{"/exec/" + ns + "/squat/main?command=date&output=1", "/portForward/" + ns + "/squat?port=8080"} {
+		if code, body := post(apiserverCert, path); code != http.StatusNotFound || !strings.Contains(body, ns+"/squat") || strings.Contains(body, squatter.Name) {
+			t.Errorf("%s to a host pod that is not the agent's copy: %d %q, want 404 about %s/squat", path, code, body, ns)
+		}
+	}
+	if code, body, _ := get(apiserverCert, "/containerLogs/"+ns+"/squat/main"); code != http.StatusNotFound || strings.Contains(body, squatter.Name) {
+		t.Errorf("logs of a host pod that is not the agent's copy: %d %q, want 404", code, body)
+	}
+	if err := virtAdmin.CoreV1().Pods(ns).Delete(c, "squat", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Error(err)
+	}
+	if err := hostAdmin.CoreV1().Pods(hostNamespace).Delete(c, squatter.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Error(err)
 	}
 
 	cases := []struct {

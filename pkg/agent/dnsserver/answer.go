@@ -11,10 +11,52 @@ import (
 // its negative answers: Services and endpoints change, and clients cache.
 const TTL = 5
 
-// Answer answers req when it asks about a virtual Service in domain (for
-// example "cluster.local"); otherwise forward is true and reply nil: the query
-// belongs upstream. Names are compared case-insensitively; answer records carry
-// the question's name as asked.
+// Zones are the DNS domains the server speaks for. Names in either are never
+// forwarded: the upstream is the host DNS, and what it knows of them is the
+// host's (its Services, other tenants' API Services, the host DNS itself).
+type Zones struct {
+	// Domain is the virtual cluster's domain, for example cluster.local: its
+	// Service names are answered from the Source, every other name in it is
+	// NXDOMAIN.
+	Domain string
+	// HostDomain is the host cluster's domain, for example cluster.local:
+	// every name in it that is not also a virtual name is NXDOMAIN. Empty
+	// for none.
+	HostDomain string
+}
+
+// zoneOf is the zone (canonical, fully qualified) that name belongs to, and
+// whether that is the virtual one; ok false outside both. Where one zone lies
+// inside the other, the longer one owns its names; where both are the same,
+// the virtual one.
+func (z Zones) zoneOf(name string) (zone string, virtual, ok bool) {
+	name = dns.CanonicalName(name)
+	for _, c := range []struct {
+		domain  string
+		virtual bool
+	}{{z.Domain, true}, {z.HostDomain, false}} {
+		if c.domain == "" {
+			continue
+		}
+		d := dns.CanonicalName(c.domain)
+		if inZone(name, d) && len(d) > len(zone) {
+			zone, virtual, ok = d, c.virtual, true
+		}
+	}
+	return zone, virtual, ok
+}
+
+// inZone reports whether the canonical name is zone or below it. Names read
+// off the wire all have one presentation form (only special characters
+// escaped), so a suffix comparison is exact.
+func inZone(name, zone string) bool {
+	return zone == "." || name == zone || strings.HasSuffix(name, "."+zone)
+}
+
+// Answer answers req when it asks about a name in one of the zones;
+// otherwise forward is true and reply nil: the query belongs upstream (and
+// its reply goes through Filter). Names are compared case-insensitively;
+// answer records carry the question's name as asked.
 //
 // The names answered, below a Service <svc>.<ns>.svc.<domain> that src knows:
 //
@@ -26,27 +68,58 @@ const TTL = 5
 //   - _<port>._<proto>.<svc>... SRV for a named port, with the targets'
 //     addresses as additional records.
 //
-// A known Service's subtree belongs to the virtual cluster, so a name below it
-// that names nothing is NXDOMAIN rather than forwarded, and a name that exists
-// but has no record of the asked type is NODATA (NOERROR, no answer), with the
-// zone's SOA giving the short negative TTL. That includes a ClusterIP Service
-// whose host copy has no address yet: forwarding would let the host DNS answer
-// for the virtual name (NXDOMAIN, cached for longer, or a host namespace of
-// the same name), while NODATA is retried within seconds.
-func Answer(domain string, src Source, req *dns.Msg) (reply *dns.Msg, forward bool) {
-	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
+// Every other name of the zones is NXDOMAIN, with the zone's SOA giving the
+// short negative TTL: unknown Services, names below a known Service that
+// name nothing, pod names, and every name of the host's domain, which a
+// tenant has no business resolving (the in-cluster API name comes from a
+// hostAliases entry, not from DNS). Three names are empty non-terminals that
+// exist in every cluster and answer NODATA (NOERROR, no answer): the
+// domain itself (its SOA for SOA), svc.<domain> and <ns>.svc.<domain>;
+// denying them could make a caching resolver in a pod deny everything
+// below (RFC 8020). A name that exists but has no record of the asked type
+// is NODATA too. That includes a ClusterIP Service whose host copy has no
+// address yet: NXDOMAIN would be cached by clients, while NODATA is retried
+// within seconds.
+//
+// A name of the zones in anything but a single-question Internet-class query
+// (another class or opcode, several questions) is REFUSED, never forwarded.
+func Answer(z Zones, src Source, req *dns.Msg) (reply *dns.Msg, forward bool) {
+	var zone string
+	var virtual, ours bool
+	for _, q := range req.Question {
+		if zone, virtual, ours = z.zoneOf(q.Name); ours {
+			break
+		}
+	}
+	if !ours {
 		return nil, true
+	}
+	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
+		reply := new(dns.Msg)
+		reply.SetRcode(req, dns.RcodeRefused)
+		return reply, false
 	}
 	q := req.Question[0]
-	zone := dns.CanonicalName(domain)
-	rel, ok := strings.CutSuffix(dns.CanonicalName(q.Name), "."+zone)
-	if !ok {
-		return nil, true
+	if !virtual {
+		return result{}.reply(req, zone), false
 	}
-	labels := strings.Split(rel, ".")
+	rel := strings.TrimSuffix(strings.TrimSuffix(dns.CanonicalName(q.Name), zone), ".")
+	var labels []string
+	if rel != "" {
+		labels = strings.Split(rel, ".")
+	}
 	n := len(labels)
-	if n < 3 || labels[n-1] != "svc" {
-		return nil, true
+	switch {
+	case n == 0:
+		r := result{exists: true}
+		if q.Qtype == dns.TypeSOA {
+			r.answer.add(zoneSOA(zone))
+		}
+		return r.reply(req, zone), false
+	case n < 3 && labels[n-1] == "svc":
+		return result{exists: true}.reply(req, zone), false
+	case labels[n-1] != "svc":
+		return result{}.reply(req, zone), false
 	}
 	if r, ok := src.(Readiness); ok && !r.Ready() {
 		reply := new(dns.Msg)
@@ -55,7 +128,7 @@ func Answer(domain string, src Source, req *dns.Msg) (reply *dns.Msg, forward bo
 	}
 	svc, ok := src.Service(labels[n-2], labels[n-3])
 	if !ok {
-		return nil, true
+		return result{}.reply(req, zone), false
 	}
 
 	name := strings.Join(labels[n-3:], ".") + "." + zone
@@ -82,7 +155,7 @@ func (r result) reply(req *dns.Msg, zone string) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Authoritative = true
-	m.RecursionAvailable = true // everything outside the Services is forwarded
+	m.RecursionAvailable = true // names outside the zones are forwarded
 	m.Answer, m.Extra = r.answer.rrs, r.extra.rrs
 	if !r.exists {
 		m.Rcode = dns.RcodeNameError
@@ -90,12 +163,17 @@ func (r result) reply(req *dns.Msg, zone string) *dns.Msg {
 	if len(m.Answer) == 0 {
 		// RFC 2308: the SOA's minimum bounds how long the negative answer is
 		// cached.
-		m.Ns = []dns.RR{&dns.SOA{
-			Hdr: header(zone, dns.TypeSOA), Ns: "ns.dns." + zone, Mbox: "hostmaster." + zone,
-			Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: TTL,
-		}}
+		m.Ns = []dns.RR{zoneSOA(zone)}
 	}
 	return m
+}
+
+// zoneSOA is the zone's SOA record, whose minimum is the negative TTL.
+func zoneSOA(zone string) dns.RR {
+	return &dns.SOA{
+		Hdr: header(zone, dns.TypeSOA), Ns: "ns.dns." + zone, Mbox: "hostmaster." + zone,
+		Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: TTL,
+	}
 }
 
 func serviceRecords(svc Service, owner string, qtype uint16) result {

@@ -51,7 +51,13 @@ var testSource = fakeSource{
 	"shop/ext":   {Type: TypeExternalName, ExternalName: "example.org", Ports: []Port{{Name: "https", Protocol: "TCP", Port: 443}}},
 }
 
-const soa = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"
+const (
+	soa     = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"
+	hostSOA = "host.internal. 5 IN SOA ns.dns.host.internal. hostmaster.host.internal. 1 7200 1800 86400 5"
+)
+
+// nxdomain is the authoritative denial of a name in cluster.local.
+var nxdomain = reply{Rcode: dns.RcodeNameError, Ns: []string{soa}}
 
 // reply is what a test compares: records as single-spaced strings.
 type reply struct {
@@ -71,12 +77,15 @@ func render(rrs []dns.RR) []string {
 func TestAnswer(t *testing.T) {
 	const zone = ".svc.cluster.local."
 	tests := []struct {
-		name   string
-		domain string // default cluster.local
-		qname  string
-		qtype  uint16
-		qclass uint16 // default IN
-		want   reply
+		name       string
+		domain     string // default cluster.local
+		hostDomain string // default cluster.local
+		qname      string
+		qtype      uint16
+		qclass     uint16 // default IN
+		opcode     int    // default QUERY
+		second     string // a second question's name
+		want       reply
 	}{
 		{
 			name: "a ClusterIP Service answers its host copy's IPv4 address", qname: "web.shop" + zone, qtype: dns.TypeA,
@@ -98,18 +107,47 @@ func TestAnswer(t *testing.T) {
 			name: "names are case-insensitive and answered as asked", qname: "WEB.Shop.svc.Cluster.Local.", qtype: dns.TypeA,
 			want: reply{Answer: []string{"WEB.Shop.svc.Cluster.Local. 5 IN A 10.43.7.7"}},
 		},
-		{name: "an unknown Service is forwarded", qname: "nope.shop" + zone, qtype: dns.TypeA, want: reply{Forward: true}},
-		{name: "a host Service's name is forwarded", qname: "other.tenant" + zone, qtype: dns.TypeA, want: reply{Forward: true}},
-		{name: "a namespace name is forwarded", qname: "shop" + zone, qtype: dns.TypeA, want: reply{Forward: true}},
-		{name: "a pod name is forwarded", qname: "10-42-0-1.shop.pod.cluster.local.", qtype: dns.TypeA, want: reply{Forward: true}},
+		{name: "an unknown Service is NXDOMAIN, not forwarded", qname: "nope.shop" + zone, qtype: dns.TypeA, want: nxdomain},
+		{name: "the host's DNS Service is NXDOMAIN, not forwarded", qname: "kube-dns.kube-system" + zone, qtype: dns.TypeA, want: nxdomain},
+		{name: "another tenant's API Service is NXDOMAIN, not forwarded", qname: "k3k-other-service.tenant-b" + zone, qtype: dns.TypeA, want: nxdomain},
+		{name: "SRV of a host Service is NXDOMAIN, not forwarded", qname: "_dns._udp.kube-dns.kube-system" + zone, qtype: dns.TypeSRV, want: nxdomain},
+		{name: "a name below a host Service is NXDOMAIN, not forwarded", qname: "etcd-0.k3k-other-server-headless.tenant-b" + zone, qtype: dns.TypeA, want: nxdomain},
+		{name: "a pod name is NXDOMAIN, not forwarded", qname: "10-42-0-1.kube-system.pod.cluster.local.", qtype: dns.TypeA, want: nxdomain},
+		{name: "any other name of the domain is NXDOMAIN, not forwarded", qname: "ns.dns.cluster.local.", qtype: dns.TypeA, want: nxdomain},
+		{name: "a namespace level exists in every cluster: NODATA, not forwarded", qname: "kube-system" + zone, qtype: dns.TypeA, want: reply{Ns: []string{soa}}},
+		{name: "the svc level is NODATA", qname: "svc.cluster.local.", qtype: dns.TypeA, want: reply{Ns: []string{soa}}},
+		{name: "the domain itself is NODATA for A", qname: "cluster.local.", qtype: dns.TypeA, want: reply{Ns: []string{soa}}},
+		{name: "the domain itself answers its SOA", qname: "Cluster.Local.", qtype: dns.TypeSOA, want: reply{Answer: []string{soa}}},
 		{name: "a name outside the domain is forwarded", qname: "example.org.", qtype: dns.TypeA, want: reply{Forward: true}},
+		{name: "a reverse lookup is forwarded (its reply is filtered)", qname: "10.0.43.10.in-addr.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
+		{name: "an IPv6 reverse lookup is forwarded (its reply is filtered)", qname: "a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
 		{name: "a domain that merely ends like the cluster domain is forwarded", qname: "web.shop.svc.notcluster.local.", qtype: dns.TypeA, want: reply{Forward: true}},
-		{name: "another class is forwarded", qname: "web.shop" + zone, qtype: dns.TypeA, qclass: dns.ClassCHAOS, want: reply{Forward: true}},
+		{name: "another class of a cluster name is refused, not forwarded", qname: "kube-dns.kube-system" + zone, qtype: dns.TypeA, qclass: dns.ClassCHAOS, want: reply{Rcode: dns.RcodeRefused}},
+		{name: "class ANY of a cluster name is refused, not forwarded", qname: "web.shop" + zone, qtype: dns.TypeA, qclass: dns.ClassANY, want: reply{Rcode: dns.RcodeRefused}},
+		{name: "another class of an outside name is forwarded", qname: "version.bind.", qtype: dns.TypeTXT, qclass: dns.ClassCHAOS, want: reply{Forward: true}},
+		{name: "another opcode about a cluster name is refused, not forwarded", qname: "kube-dns.kube-system" + zone, qtype: dns.TypeSOA, opcode: dns.OpcodeNotify, want: reply{Rcode: dns.RcodeRefused}},
+		{name: "a cluster name as a second question is refused, not forwarded", qname: "example.org.", qtype: dns.TypeA, second: "kube-dns.kube-system" + zone, want: reply{Rcode: dns.RcodeRefused}},
 		{
 			name: "a configured domain replaces cluster.local", domain: "k3k.internal", qname: "web.shop.svc.k3k.internal.", qtype: dns.TypeA,
 			want: reply{Answer: []string{"web.shop.svc.k3k.internal. 5 IN A 10.43.7.7"}},
 		},
-		{name: "with another domain, cluster.local is forwarded", domain: "k3k.internal", qname: "web.shop" + zone, qtype: dns.TypeA, want: reply{Forward: true}},
+		{
+			name: "with another domain, the host's cluster.local is NXDOMAIN with its own SOA, not forwarded", domain: "k3k.internal", qname: "web.shop" + zone, qtype: dns.TypeA,
+			want: nxdomain,
+		},
+		{
+			name: "a configured host domain is NXDOMAIN, even the apex", hostDomain: "host.internal", qname: "host.internal.", qtype: dns.TypeSOA,
+			want: reply{Rcode: dns.RcodeNameError, Ns: []string{hostSOA}},
+		},
+		{
+			name: "a configured host domain is NXDOMAIN, whatever the virtual cluster has", hostDomain: "host.internal", qname: "web.shop.svc.host.internal.", qtype: dns.TypeA,
+			want: reply{Rcode: dns.RcodeNameError, Ns: []string{hostSOA}},
+		},
+		{
+			name: "a virtual domain inside the host's answers its Services", domain: "v.cluster.local", qname: "web.shop.svc.v.cluster.local.", qtype: dns.TypeA,
+			want: reply{Answer: []string{"web.shop.svc.v.cluster.local. 5 IN A 10.43.7.7"}},
+		},
+		{name: "a virtual domain inside the host's leaves the rest of the host's NXDOMAIN", domain: "v.cluster.local", qname: "kube-dns.kube-system" + zone, qtype: dns.TypeA, want: nxdomain},
 		{
 			name: "a headless Service answers its ready endpoints, each address once", qname: "db.shop" + zone, qtype: dns.TypeA,
 			want: reply{Answer: []string{"db.shop.svc.cluster.local. 5 IN A 10.42.0.10", "db.shop.svc.cluster.local. 5 IN A 10.42.0.12"}},
@@ -191,22 +229,31 @@ func TestAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			domain := tt.domain
-			if domain == "" {
-				domain = "cluster.local"
+			z := Zones{Domain: tt.domain, HostDomain: tt.hostDomain}
+			if z.Domain == "" {
+				z.Domain = "cluster.local"
+			}
+			if z.HostDomain == "" {
+				z.HostDomain = "cluster.local"
 			}
 			req := new(dns.Msg)
 			req.SetQuestion(tt.qname, tt.qtype)
 			req.Id = 4242
+			req.Opcode = tt.opcode
 			if tt.qclass != 0 {
 				req.Question[0].Qclass = tt.qclass
 			}
+			if tt.second != "" {
+				req.Question = append(req.Question, dns.Question{Name: tt.second, Qtype: dns.TypeA, Qclass: dns.ClassINET})
+			}
 
-			resp, forward := Answer(domain, testSource, req)
+			resp, forward := Answer(z, testSource, req)
 			got := reply{Forward: forward}
 			if resp != nil {
-				if resp.Id != req.Id || !resp.Response || !resp.Authoritative || !cmp.Equal(resp.Question, req.Question) {
-					t.Errorf("header: id %d response %v aa %v question %v; want id 4242, a response, authoritative, the question", resp.Id, resp.Response, resp.Authoritative, resp.Question)
+				// A refusal is no authoritative statement about the name.
+				aa := resp.Rcode != dns.RcodeRefused
+				if resp.Id != req.Id || !resp.Response || resp.Authoritative != aa || !cmp.Equal(resp.Question, req.Question[:1]) {
+					t.Errorf("header: id %d response %v aa %v question %v; want id 4242, a response, aa %v, the question", resp.Id, resp.Response, resp.Authoritative, resp.Question, aa)
 				}
 				got.Rcode, got.Answer, got.Ns, got.Extra = resp.Rcode, render(resp.Answer), render(resp.Ns), render(resp.Extra)
 			} else if !forward {
@@ -227,22 +274,148 @@ func (notReady) Ready() bool { return false }
 func TestAnswerWhileTheSourceIsNotReady(t *testing.T) {
 	src := notReady{testSource}
 	for _, tc := range []struct {
+		zones       Zones
 		qname       string
+		wantRcode   int
 		wantForward bool
 	}{
-		{"web.shop.svc.cluster.local.", false},    // would be answered: SERVFAIL
-		{"nosuch.shop.svc.cluster.local.", false}, // might exist: SERVFAIL, not NXDOMAIN from the host
-		{"example.org.", true},                    // not the cluster's: forwarded as always
+		// Would be answered: SERVFAIL.
+		{Zones{Domain: "cluster.local", HostDomain: "cluster.local"}, "web.shop.svc.cluster.local.", dns.RcodeServerFailure, false},
+		// Might exist: SERVFAIL, not an NXDOMAIN clients cache.
+		{Zones{Domain: "cluster.local", HostDomain: "cluster.local"}, "nosuch.shop.svc.cluster.local.", dns.RcodeServerFailure, false},
+		// Might be a virtual Service too (the two domains are the same):
+		// SERVFAIL, and never the host's answer.
+		{Zones{Domain: "cluster.local", HostDomain: "cluster.local"}, "kube-dns.kube-system.svc.cluster.local.", dns.RcodeServerFailure, false},
+		// The host's alone: NXDOMAIN whatever the caches hold.
+		{Zones{Domain: "k3k.internal", HostDomain: "cluster.local"}, "kube-dns.kube-system.svc.cluster.local.", dns.RcodeNameError, false},
+		// Not the cluster's: forwarded as always.
+		{Zones{Domain: "cluster.local", HostDomain: "cluster.local"}, "example.org.", 0, true},
 	} {
 		req := new(dns.Msg)
 		req.SetQuestion(tc.qname, dns.TypeA)
-		got, forward := Answer("cluster.local", src, req)
+		got, forward := Answer(tc.zones, src, req)
 		if forward != tc.wantForward {
 			t.Errorf("%s: forward = %v, want %v", tc.qname, forward, tc.wantForward)
 			continue
 		}
-		if !forward && (got.Rcode != dns.RcodeServerFailure || got.Id != req.Id) {
-			t.Errorf("%s: rcode %s id %d, want SERVFAIL with the query's id", tc.qname, dns.RcodeToString[got.Rcode], got.Id)
+		if !forward && (got.Rcode != tc.wantRcode || got.Id != req.Id) {
+			t.Errorf("%s in %+v: rcode %s id %d, want %s with the query's id", tc.qname, tc.zones, dns.RcodeToString[got.Rcode], got.Id, dns.RcodeToString[tc.wantRcode])
 		}
+	}
+}
+
+func TestFilter(t *testing.T) {
+	zones := Zones{Domain: "k3k.internal", HostDomain: "cluster.local"}
+	tests := []struct {
+		name              string
+		qname             string
+		qtype             uint16
+		answer, ns, extra []string
+		rcode             int
+		wantKept          bool
+	}{
+		{
+			name: "a PTR naming a host Service is denied", qname: "10.0.43.10.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"10.0.43.10.in-addr.arpa. 5 IN PTR kube-dns.kube-system.svc.cluster.local."},
+		},
+		{
+			name: "a PTR naming a host pod is denied", qname: "5.0.42.10.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"5.0.42.10.in-addr.arpa. 5 IN PTR 10-42-0-5.tenant-b.pod.cluster.local."},
+		},
+		{
+			name: "a PTR naming a host endpoint is denied, whatever the case", qname: "5.0.42.10.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"5.0.42.10.in-addr.arpa. 5 IN PTR Server-0.K3K-Other-Server-Headless.Tenant-B.svc.Cluster.Local."},
+		},
+		{
+			name: "an IPv6 PTR naming a host Service is denied", qname: "a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", qtype: dns.TypePTR,
+			answer: []string{"a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa. 5 IN PTR k3k-other-service.tenant-b.svc.cluster.local."},
+		},
+		{
+			name: "a PTR naming a virtual name is denied too", qname: "7.7.43.10.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"7.7.43.10.in-addr.arpa. 5 IN PTR web.shop.svc.k3k.internal."},
+		},
+		{
+			name: "a host denial carrying the host zone's SOA is denied without it", qname: "9.9.43.10.in-addr.arpa.", qtype: dns.TypePTR, rcode: dns.RcodeNameError,
+			ns: []string{"43.10.in-addr.arpa. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"},
+		},
+		{
+			name: "a public name aliased into the host domain is denied", qname: "alias.example.org.", qtype: dns.TypeA,
+			answer: []string{"alias.example.org. 60 IN CNAME kube-dns.kube-system.svc.cluster.local.", "kube-dns.kube-system.svc.cluster.local. 5 IN A 10.43.0.10"},
+		},
+		{
+			name: "a DNAME into the host domain is denied", qname: "x.alias.example.org.", qtype: dns.TypeA,
+			answer: []string{"alias.example.org. 60 IN DNAME svc.cluster.local."},
+		},
+		{
+			name: "an SRV targeting a host name is denied", qname: "_ldap._tcp.example.org.", qtype: dns.TypeSRV,
+			answer: []string{"_ldap._tcp.example.org. 60 IN SRV 0 100 389 ldap.corp.svc.cluster.local."},
+		},
+		{
+			name: "an MX naming a host name is denied", qname: "example.org.", qtype: dns.TypeMX,
+			answer: []string{"example.org. 60 IN MX 10 mail.corp.svc.cluster.local."},
+		},
+		{
+			name: "an HTTPS record targeting a host name is denied", qname: "example.org.", qtype: dns.TypeHTTPS,
+			answer: []string{"example.org. 60 IN HTTPS 1 api.corp.svc.cluster.local. alpn=h2"},
+		},
+		{
+			name: "an NS in the authority section naming a host name is denied", qname: "sub.example.org.", qtype: dns.TypeA,
+			ns: []string{"sub.example.org. 60 IN NS ns.dns.cluster.local."},
+		},
+		{
+			name: "a host name as an additional record's owner is denied", qname: "example.org.", qtype: dns.TypeA,
+			answer: []string{"example.org. 60 IN A 192.0.2.1"}, extra: []string{"kube-dns.kube-system.svc.cluster.local. 5 IN A 10.43.0.10"},
+		},
+		{
+			name: "a public PTR is kept", qname: "1.2.0.192.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"1.2.0.192.in-addr.arpa. 60 IN PTR host.example.org."}, wantKept: true,
+		},
+		{
+			name: "a public denial with its zone's SOA is kept", qname: "missing.example.org.", qtype: dns.TypeA, rcode: dns.RcodeNameError,
+			ns: []string{"example.org. 60 IN SOA ns.example.org. hostmaster.example.org. 1 7200 1800 86400 60"}, wantKept: true,
+		},
+		{
+			name: "a name that merely ends like the cluster domain is kept", qname: "example.org.", qtype: dns.TypeA,
+			answer: []string{"example.org. 60 IN CNAME web.notcluster.local.", "web.notcluster.local. 60 IN A 192.0.2.3"}, wantKept: true,
+		},
+		{
+			name: "TXT data is not a name and is kept", qname: "example.org.", qtype: dns.TypeTXT,
+			answer: []string{`example.org. 60 IN TXT "see kube-dns.kube-system.svc.cluster.local"`}, wantKept: true,
+		},
+	}
+	rrs := func(ss []string) []dns.RR {
+		var out []dns.RR
+		for _, s := range ss {
+			rr, err := dns.NewRR(s)
+			if err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+			out = append(out, rr)
+		}
+		return out
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := new(dns.Msg)
+			req.SetQuestion(tt.qname, tt.qtype)
+			req.Id = 4242
+			up := new(dns.Msg)
+			up.SetRcode(req, tt.rcode)
+			up.RecursionAvailable = true
+			up.Answer, up.Ns, up.Extra = rrs(tt.answer), rrs(tt.ns), rrs(tt.extra)
+			up.SetEdns0(1232, false) // the OPT record's owner is the root: never a reason to deny
+
+			got := Filter(zones, req, up)
+			if tt.wantKept {
+				if got != up {
+					t.Errorf("reply replaced by %v, want it kept", got)
+				}
+				return
+			}
+			if got.Rcode != dns.RcodeNameError || len(got.Answer)+len(got.Ns)+len(got.Extra) != 0 ||
+				got.Id != req.Id || !got.Response || !cmp.Equal(got.Question, req.Question) {
+				t.Errorf("got %v, want a bare NXDOMAIN for the question", got)
+			}
+		})
 	}
 }

@@ -15,11 +15,17 @@ import (
 type Config struct {
 	// Domain is the virtual cluster's DNS domain. Default cluster.local.
 	Domain string
+	// HostDomain is the host cluster's DNS domain: its names are answered
+	// NXDOMAIN, never forwarded, and an upstream reply naming anything in it
+	// (or in Domain) is replaced by NXDOMAIN (Answer, Filter). Default
+	// cluster.local.
+	HostDomain string
 	// Source answers questions about virtual Services.
 	Source Source
-	// Upstreams (host:port) receive every query Answer does not claim, tried
-	// in turn; typically UpstreamsFromResolvConf("/etc/resolv.conf"), the
-	// agent pod's own (host) DNS.
+	// Upstreams (host:port) receive every query Answer does not claim (names
+	// outside both domains, reverse lookups included), tried in turn;
+	// typically UpstreamsFromResolvConf("/etc/resolv.conf"), the agent pod's
+	// own (host) DNS.
 	Upstreams []string
 	// Timeout bounds each attempt at one upstream. Default 2s.
 	Timeout time.Duration
@@ -30,7 +36,8 @@ type Config struct {
 
 // Server answers DNS queries over UDP and TCP.
 type Server struct {
-	cfg Config
+	cfg   Config
+	zones Zones
 }
 
 // New checks cfg and fills in defaults.
@@ -41,10 +48,28 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Domain == "" {
 		cfg.Domain = "cluster.local"
 	}
+	if cfg.HostDomain == "" {
+		cfg.HostDomain = "cluster.local"
+	}
+	for _, d := range []string{cfg.Domain, cfg.HostDomain} {
+		if err := CheckDomain(d); err != nil {
+			return nil, fmt.Errorf("dnsserver: %w", err)
+		}
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
 	}
-	return &Server{cfg: cfg}, nil
+	return &Server{cfg: cfg, zones: Zones{Domain: cfg.Domain, HostDomain: cfg.HostDomain}}, nil
+}
+
+// CheckDomain reports whether d can be a cluster domain: a domain name other
+// than the root, which would make every name the cluster's and leave nothing
+// to forward.
+func CheckDomain(d string) error {
+	if _, ok := dns.IsDomainName(d); !ok || dns.CanonicalName(d) == "." {
+		return fmt.Errorf("%q is not a cluster domain", d)
+	}
+	return nil
 }
 
 // Serve answers queries arriving on pc (UDP) and ln (TCP) until ctx ends or
@@ -102,16 +127,17 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 }
 
 // handle answers one query from the Source or forwards it, over the
-// transport it came on, and truncates a UDP reply to the client's buffer (TC
+// transport it came on, keeping from the tenant any upstream reply that names
+// the zones (Filter), and truncates a UDP reply to the client's buffer (TC
 // set, so the client asks again over TCP).
 func (s *Server) handle(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) {
 	network := "udp"
 	if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
 		network = "tcp"
 	}
-	resp, forward := Answer(s.cfg.Domain, s.cfg.Source, req)
+	resp, forward := Answer(s.zones, s.cfg.Source, req)
 	if forward {
-		resp = s.forward(ctx, network, req)
+		resp = Filter(s.zones, req, s.forward(ctx, network, req))
 	}
 
 	size := dns.MaxMsgSize

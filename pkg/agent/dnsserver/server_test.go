@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,23 +28,64 @@ func deadUpstream(t *testing.T) string {
 	return addr
 }
 
-// startUpstream runs a tiny DNS server standing for the host DNS. It answers
-// example.org differently per transport, so a test sees which one was used,
-// one host Service name in the cluster domain, and NXDOMAIN for the rest.
-func startUpstream(t *testing.T) string {
+// upstream is a tiny DNS server standing for the host DNS, which knows the
+// host's names: it answers example.org differently per transport, so a test
+// sees which one was used; host Services in the cluster domain; reverse
+// lookups of host addresses with host names and of a public address with a
+// public name; a public alias into the cluster domain, followed as CoreDNS
+// follows it; reverse denials with the host zone's SOA, as CoreDNS's; and
+// NXDOMAIN for the rest. It records the names it was asked.
+type upstream struct {
+	addr  string
+	mu    sync.Mutex
+	asked []string
+}
+
+// saw reports whether the upstream was asked name.
+func (u *upstream) saw(name string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Contains(u.asked, name)
+}
+
+func startUpstream(t *testing.T) *upstream {
 	t.Helper()
+	u := &upstream{}
 	pc, ln := testenv.ListenUDPAndTCP(t)
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(req)
 		_, tcp := w.RemoteAddr().(*net.TCPAddr)
-		switch q := req.Question[0]; {
+		q := req.Question[0]
+		u.mu.Lock()
+		u.asked = append(u.asked, q.Name)
+		u.mu.Unlock()
+		switch {
 		case q.Name == "example.org." && q.Qtype == dns.TypeA && tcp:
 			m.Answer = append(m.Answer, mustRR(t, "example.org. 60 IN A 192.0.2.2"))
 		case q.Name == "example.org." && q.Qtype == dns.TypeA:
 			m.Answer = append(m.Answer, mustRR(t, "example.org. 60 IN A 192.0.2.1"))
 		case q.Name == "other.tenant.svc.cluster.local." && q.Qtype == dns.TypeA:
 			m.Answer = append(m.Answer, mustRR(t, "other.tenant.svc.cluster.local. 30 IN A 10.43.0.99"))
+		case q.Name == "kube-dns.kube-system.svc.cluster.local." && q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer, mustRR(t, "kube-dns.kube-system.svc.cluster.local. 5 IN A 10.43.0.10"))
+		case q.Name == "k3k-other-service.tenant-b.svc.cluster.local." && q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer, mustRR(t, "k3k-other-service.tenant-b.svc.cluster.local. 5 IN A 10.43.0.77"))
+		case q.Name == "10.0.43.10.in-addr.arpa." && q.Qtype == dns.TypePTR:
+			m.Answer = append(m.Answer, mustRR(t, "10.0.43.10.in-addr.arpa. 5 IN PTR kube-dns.kube-system.svc.cluster.local."))
+		case q.Name == "5.0.42.10.in-addr.arpa." && q.Qtype == dns.TypePTR:
+			m.Answer = append(m.Answer, mustRR(t, "5.0.42.10.in-addr.arpa. 5 IN PTR 10-42-0-5.tenant-b.pod.cluster.local."))
+		case q.Name == ip6Host && q.Qtype == dns.TypePTR:
+			m.Answer = append(m.Answer, mustRR(t, ip6Host+" 5 IN PTR k3k-other-service.tenant-b.svc.cluster.local."))
+		case q.Name == "1.2.0.192.in-addr.arpa." && q.Qtype == dns.TypePTR:
+			m.Answer = append(m.Answer, mustRR(t, "1.2.0.192.in-addr.arpa. 60 IN PTR host.example.org."))
+		case q.Name == "alias.example.org." && q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer,
+				mustRR(t, "alias.example.org. 60 IN CNAME kube-dns.kube-system.svc.cluster.local."),
+				mustRR(t, "kube-dns.kube-system.svc.cluster.local. 5 IN A 10.43.0.10"))
+		case strings.HasSuffix(q.Name, ".in-addr.arpa."):
+			m.Rcode = dns.RcodeNameError
+			m.Ns = append(m.Ns, mustRR(t, "10.in-addr.arpa. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"))
 		default:
 			m.Rcode = dns.RcodeNameError
 		}
@@ -55,8 +98,12 @@ func startUpstream(t *testing.T) string {
 		<-started
 		t.Cleanup(func() { _ = srv.Shutdown() })
 	}
-	return pc.LocalAddr().String()
+	u.addr = pc.LocalAddr().String()
+	return u
 }
+
+// ip6Host is the reverse name of fd00::a, a host Service's address.
+const ip6Host = "a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa."
 
 func mustRR(t *testing.T, s string) dns.RR {
 	rr, err := dns.NewRR(s)
@@ -104,8 +151,14 @@ func loopbackSockets(t *testing.T) (net.PacketConn, net.Listener) {
 // returned nil.
 func testServer(t *testing.T, upstreams ...string) (udpAddr, tcpAddr string) {
 	t.Helper()
-	src, _ := bigSource()
-	s, err := New(Config{Source: src, Upstreams: upstreams})
+	return testServerWith(t, Config{Upstreams: upstreams})
+}
+
+// testServerWith is testServer with cfg's domains and upstreams.
+func testServerWith(t *testing.T, cfg Config) (udpAddr, tcpAddr string) {
+	t.Helper()
+	cfg.Source, _ = bigSource()
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +203,7 @@ func pick(network, udp, tcp string) string {
 }
 
 func TestServeAnswersVirtualNames(t *testing.T) {
-	udp, tcp := testServer(t, startUpstream(t))
+	udp, tcp := testServer(t, startUpstream(t).addr)
 	for _, network := range []string{"udp", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			resp := query(t, network, pick(network, udp, tcp), "WEB.Shop.svc.Cluster.Local.", dns.TypeA, 0)
@@ -163,7 +216,7 @@ func TestServeAnswersVirtualNames(t *testing.T) {
 }
 
 func TestServeForwardsOverTheClientsTransport(t *testing.T) {
-	udp, tcp := testServer(t, startUpstream(t))
+	udp, tcp := testServer(t, startUpstream(t).addr)
 	tests := []struct {
 		name, network, qname string
 		wantRcode            int
@@ -171,7 +224,6 @@ func TestServeForwardsOverTheClientsTransport(t *testing.T) {
 	}{
 		{"an outside name over UDP goes upstream over UDP", "udp", "example.org.", dns.RcodeSuccess, []string{"example.org. 60 IN A 192.0.2.1"}},
 		{"an outside name over TCP goes upstream over TCP", "tcp", "example.org.", dns.RcodeSuccess, []string{"example.org. 60 IN A 192.0.2.2"}},
-		{"a host Service name in the cluster domain goes upstream", "udp", "other.tenant.svc.cluster.local.", dns.RcodeSuccess, []string{"other.tenant.svc.cluster.local. 30 IN A 10.43.0.99"}},
 		{"the upstream's NXDOMAIN comes back over UDP", "udp", "missing.example.org.", dns.RcodeNameError, nil},
 		{"the upstream's NXDOMAIN comes back over TCP", "tcp", "missing.example.org.", dns.RcodeNameError, nil},
 	}
@@ -185,8 +237,76 @@ func TestServeForwardsOverTheClientsTransport(t *testing.T) {
 	}
 }
 
+// TestServeKeepsHostNamesFromTenants asks, over both transports, what a
+// tenant pod would ask to learn the host's names, of an upstream that knows
+// them all: names of the cluster domain are denied without asking the
+// upstream, and forwarded replies that name anything in it are denied.
+func TestServeKeepsHostNamesFromTenants(t *testing.T) {
+	up := startUpstream(t)
+	udp, tcp := testServer(t, up.addr)
+	tests := []struct {
+		name, qname   string
+		qtype         uint16
+		wantRcode     int
+		want          []string
+		wantForwarded bool
+	}{
+		{"the host's DNS Service is denied, not asked upstream", "kube-dns.kube-system.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, false},
+		{"another tenant's API Service is denied, not asked upstream", "k3k-other-service.tenant-b.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, false},
+		{"a host Service in the cluster domain is denied, not asked upstream", "other.tenant.svc.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, false},
+		{"a reverse lookup of a host Service's address is denied", "10.0.43.10.in-addr.arpa.", dns.TypePTR, dns.RcodeNameError, nil, true},
+		{"a reverse lookup of a host pod's address is denied", "5.0.42.10.in-addr.arpa.", dns.TypePTR, dns.RcodeNameError, nil, true},
+		{"an IPv6 reverse lookup of a host Service's address is denied", ip6Host, dns.TypePTR, dns.RcodeNameError, nil, true},
+		{"a reverse lookup the host denies comes back without the host zone's SOA", "99.99.43.10.in-addr.arpa.", dns.TypePTR, dns.RcodeNameError, nil, true},
+		{"a public name aliased into the cluster domain is denied", "alias.example.org.", dns.TypeA, dns.RcodeNameError, nil, true},
+		{"a reverse lookup of a public address is answered", "1.2.0.192.in-addr.arpa.", dns.TypePTR, dns.RcodeSuccess, []string{"1.2.0.192.in-addr.arpa. 60 IN PTR host.example.org."}, true},
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		for _, tt := range tests {
+			t.Run(network+" "+tt.name, func(t *testing.T) {
+				resp := query(t, network, pick(network, udp, tcp), tt.qname, tt.qtype, 0)
+				if d := cmp.Diff(tt.want, render(resp.Answer)); d != "" || resp.Rcode != tt.wantRcode {
+					t.Errorf("rcode %s, want %s; answer (-want +got):\n%s", dns.RcodeToString[resp.Rcode], dns.RcodeToString[tt.wantRcode], d)
+				}
+				switch {
+				case tt.wantRcode != dns.RcodeNameError:
+				case !tt.wantForwarded:
+					// The agent's own denial: its SOA, authoritative.
+					if d := cmp.Diff([]string{soa}, render(resp.Ns)); d != "" || !resp.Authoritative || len(resp.Extra) != 0 {
+						t.Errorf("denial: aa %v, extra %v, authority (-want +got):\n%s", resp.Authoritative, resp.Extra, d)
+					}
+				case len(resp.Ns)+len(resp.Extra) != 0:
+					t.Errorf("denied upstream reply still carries %v %v", resp.Ns, resp.Extra)
+				}
+				if got := up.saw(tt.qname); got != tt.wantForwarded {
+					t.Errorf("upstream asked %v, want %v", got, tt.wantForwarded)
+				}
+			})
+		}
+	}
+}
+
+// TestServeDeniesAnotherHostDomain runs a virtual cluster whose domain is not
+// the host's: the host's domain (here the upstream's cluster.local) is denied
+// all the same, and the virtual one answers its Services.
+func TestServeDeniesAnotherHostDomain(t *testing.T) {
+	up := startUpstream(t)
+	udp, _ := testServerWith(t, Config{Domain: "k3k.internal", HostDomain: "cluster.local", Upstreams: []string{up.addr}})
+	resp := query(t, "udp", udp, "kube-dns.kube-system.svc.cluster.local.", dns.TypeA, 0)
+	if resp.Rcode != dns.RcodeNameError || len(resp.Answer) != 0 || up.saw("kube-dns.kube-system.svc.cluster.local.") {
+		t.Errorf("host name: rcode %s answer %v, upstream asked %v; want NXDOMAIN without asking", dns.RcodeToString[resp.Rcode], resp.Answer, up.saw("kube-dns.kube-system.svc.cluster.local."))
+	}
+	if want := "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"; len(resp.Ns) != 1 || render(resp.Ns)[0] != want {
+		t.Errorf("host name: authority %v, want the host zone's SOA", render(resp.Ns))
+	}
+	resp = query(t, "udp", udp, "web.shop.svc.k3k.internal.", dns.TypeA, 0)
+	if d := cmp.Diff([]string{"web.shop.svc.k3k.internal. 5 IN A 10.43.7.7"}, render(resp.Answer)); d != "" {
+		t.Errorf("virtual name (-want +got):\n%s", d)
+	}
+}
+
 func TestServeTriesUpstreamsInTurn(t *testing.T) {
-	udp, tcp := testServer(t, deadUpstream(t), startUpstream(t))
+	udp, tcp := testServer(t, deadUpstream(t), startUpstream(t).addr)
 	for _, network := range []string{"udp", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			resp := query(t, network, pick(network, udp, tcp), "example.org.", dns.TypeA, 0)
@@ -214,7 +334,7 @@ func TestServeFailsWhenNoUpstreamAnswers(t *testing.T) {
 }
 
 func TestServeTruncatesLargeUDPReplies(t *testing.T) {
-	udp, tcp := testServer(t, startUpstream(t))
+	udp, tcp := testServer(t, startUpstream(t).addr)
 	_, want := bigSource()
 
 	resp := query(t, "udp", udp, "big.shop.svc.cluster.local.", dns.TypeA, 0)
@@ -262,12 +382,19 @@ func TestServeStopsWhenTheContextEnds(t *testing.T) {
 	}
 }
 
-func TestNewRequiresSourceAndUpstreams(t *testing.T) {
+func TestNewRequiresSourceUpstreamsAndDomains(t *testing.T) {
 	if _, err := New(Config{Upstreams: []string{"127.0.0.1:53"}}); err == nil {
 		t.Error("no source: no error")
 	}
 	if _, err := New(Config{Source: testSource}); err == nil {
 		t.Error("no upstream: no error")
+	}
+	// The root as a domain would deny every name and forward none.
+	if _, err := New(Config{Source: testSource, Upstreams: []string{"127.0.0.1:53"}, HostDomain: "."}); err == nil {
+		t.Error("the root as host domain: no error")
+	}
+	if _, err := New(Config{Source: testSource, Upstreams: []string{"127.0.0.1:53"}, Domain: "."}); err == nil {
+		t.Error("the root as domain: no error")
 	}
 }
 

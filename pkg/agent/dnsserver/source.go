@@ -8,8 +8,8 @@ import (
 
 // Source is what Answer asks about a virtual Service, once per query.
 // Implementations read caches and must be safe for concurrent use; ok is false
-// when the virtual cluster has no such Service, and the query is then
-// forwarded.
+// when the virtual cluster has no such Service, and the name is then
+// NXDOMAIN.
 type Source interface {
 	Service(namespace, name string) (svc Service, ok bool)
 }
@@ -17,8 +17,8 @@ type Source interface {
 // Readiness is implemented by a Source that can be incomplete, such as one
 // over informer caches that have not synced yet. While it is not ready, every
 // query for a Service-shaped name (<x>.<y>.svc.<domain> and below) is answered
-// SERVFAIL, which clients retry, rather than forwarded: the host DNS would
-// answer NXDOMAIN for a virtual name, and clients cache that.
+// SERVFAIL, which clients retry, rather than NXDOMAIN, which they cache for a
+// name that may well exist.
 type Readiness interface {
 	Ready() bool
 }

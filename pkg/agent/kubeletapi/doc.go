@@ -11,6 +11,15 @@
 // cluster whether that user may use nodes/proxy on this node
 // (SubjectAccessReview), the checks a kubelet in webhook mode makes.
 //
+// Which pod: the host pod is found by the name derived from the virtual
+// namespace and name, in a host namespace shared with the cluster's server
+// pods and possibly other clusters. Before serving, the handler reads the
+// virtual pod and the host pod and serves only this agent's copy of that very
+// pod: the virtual pod is bound to this node, the host pod carries this
+// agent's labels and the annotations naming the virtual pod, its UID
+// included (hostPodOf). Anything else is a 404 about the virtual pod; no
+// answer names a host object.
+//
 // The serving certificate comes from the virtual cluster itself: a
 // CertificateSigningRequest for signer kubernetes.io/kubelet-serving, which the
 // agent approves with its admin credentials and k3s's controller-manager signs

@@ -94,11 +94,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	switch {
 	case r.Method == http.MethodGet && len(parts) == 4 && parts[0] == "containerLogs":
-		h.containerLogs(w, r, parts[1], parts[2], parts[3])
+		h.containerLogs(w, r, virtual, parts[1], parts[2], parts[3])
 	case streamKinds[parts[0]] != "" && h.streams != nil:
 		hostPod, sub, q, ok := hostStreamRequest(h.cfg.Translator, parts, r.URL.Query())
 		if !ok {
 			http.NotFound(w, r)
+			return
+		}
+		if _, no := h.hostPodOf(r.Context(), virtual, parts[1], parts[2]); no != nil {
+			http.Error(w, no.msg, no.code)
 			return
 		}
 		h.streams.serve(w, r, h.cfg.Translator.Config().HostNamespace, hostPod, parts[2], sub, q)
@@ -172,14 +176,70 @@ func (h *Handler) authorize(ctx context.Context, virtual kubernetes.Interface, r
 	return nil
 }
 
+// refusal is why a request about a pod is not served: an HTTP status and a
+// message that names the virtual pod only, never a host object.
+type refusal struct {
+	code int
+	msg  string
+}
+
+// hostPodOf is the name of the host pod that serves the virtual pod
+// namespace/name's logs and streams, after checking that it is this agent's
+// copy of that very pod: the virtual pod exists and is bound to this node,
+// and the host pod under its derived name carries this agent's labels
+// (managed by k3k-kubelet, this cluster) and the annotations naming the
+// virtual pod, its UID included. The host namespace is shared with the
+// cluster's server pods and possibly other clusters, and a name alone does
+// not say whose pod it is; the UID keeps a host pod left from an earlier
+// pod of the same name (a StatefulSet pod recreated) from answering for the
+// new one. Anything else is a 404 about the virtual pod.
+func (h *Handler) hostPodOf(ctx context.Context, virtual kubernetes.Interface, namespace, name string) (string, *refusal) {
+	pod := namespace + "/" + name
+	notHere := &refusal{http.StatusNotFound, fmt.Sprintf("pod %s is not running on node %s", pod, h.cfg.NodeName)}
+	vp, err := virtual.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", &refusal{http.StatusNotFound, fmt.Sprintf("pod %s not found", pod)}
+	case err != nil:
+		return "", &refusal{http.StatusServiceUnavailable, fmt.Sprintf("reading pod %s from the virtual cluster: %s", pod, reasonOf(err))}
+	case vp.Spec.NodeName != h.cfg.NodeName || vp.UID == "":
+		return "", notHere
+	}
+	hostName := h.cfg.Translator.HostName(translate.KindPod, namespace, name)
+	hp, err := h.cfg.Host.CoreV1().Pods(h.cfg.Translator.Config().HostNamespace).Get(ctx, hostName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", notHere
+	case err != nil:
+		return "", &refusal{http.StatusBadGateway, fmt.Sprintf("reading the host side of pod %s: %s", pod, reasonOf(err))}
+	case !h.cfg.Translator.IsCopyOf(hp, translate.KindPod, namespace, name) || hp.Annotations[translate.AnnotationUID] != string(vp.UID):
+		return "", notHere
+	}
+	return hostName, nil
+}
+
+// reasonOf is what a caller is told of an API error: its reason alone. The
+// message of a host error names the host pod, namespace and the agent's
+// identity, and a transport error the address it dialed.
+func reasonOf(err error) string {
+	if reason := apierrors.ReasonForError(err); reason != metav1.StatusReasonUnknown {
+		return string(reason)
+	}
+	return "no answer"
+}
+
 // containerLogs streams the host pod's container log.
-func (h *Handler) containerLogs(w http.ResponseWriter, r *http.Request, ns, pod, container string) {
+func (h *Handler) containerLogs(w http.ResponseWriter, r *http.Request, virtual kubernetes.Interface, ns, pod, container string) {
 	opts, err := logOptions(r, container)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	hostPod := h.cfg.Translator.HostName(translate.KindPod, ns, pod)
+	hostPod, no := h.hostPodOf(r.Context(), virtual, ns, pod)
+	if no != nil {
+		http.Error(w, no.msg, no.code)
+		return
+	}
 	hostNS := h.cfg.Translator.Config().HostNamespace
 	stream, err := h.cfg.Host.CoreV1().Pods(hostNS).GetLogs(hostPod, opts).Stream(r.Context())
 	if err != nil {
