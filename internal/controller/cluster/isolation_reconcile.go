@@ -90,13 +90,13 @@ const datastoreResolveInterval = 5 * time.Minute
 // An external datastore host that does not resolve fails it in the same way:
 // its servers would lose their datastore.
 func (r *Reconciler) observeEgress(ctx context.Context, c *v1beta1.Cluster, o *observation) (t EgressTargets, named bool, err error) {
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, slices, client.InNamespace(hostAPIServiceNamespace),
+	list := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(hostAPIServiceNamespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: hostAPIServiceName}); err != nil {
 		return t, false, fmt.Errorf("reading the host API server's endpoints (the EndpointSlices of Service %s/%s), which the server and agent NetworkPolicies allow: %w",
 			hostAPIServiceNamespace, hostAPIServiceName, err)
 	}
-	if t.HostAPI = HostAPIEndpoints(slices.Items); len(t.HostAPI) == 0 {
+	if t.HostAPI = HostAPIEndpoints(list.Items); len(t.HostAPI) == 0 {
 		return t, false, fmt.Errorf("no address of the host API server in the EndpointSlices of Service %s/%s: the server and agent NetworkPolicies are not written without it, or they would cut the servers and the agent off the host API",
 			hostAPIServiceNamespace, hostAPIServiceName)
 	}
