@@ -261,6 +261,15 @@ type ClusterSpec struct {
 	// +optional
 	Ingresses *IngressSyncConfig `json:"ingresses,omitempty"`
 
+	// MaxTerminationGracePeriodSeconds is the longest grace period a host pod
+	// of the virtual cluster's workloads gets (a pod asking for more gets
+	// this), and the longest a deleted workload runs on after its virtual pod
+	// or the Cluster is gone. Unset: the shared-mode agent's default, 300.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	MaxTerminationGracePeriodSeconds *int64 `json:"maxTerminationGracePeriodSeconds,omitempty"`
+
 	// Backup takes snapshots of the datastore on a schedule (a CronJob
 	// k3k-<name>-backup in the Cluster's namespace) onto a volume claim of the
 	// namespace. Removing it removes the CronJob and its rights, never the

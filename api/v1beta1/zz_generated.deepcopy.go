@@ -211,6 +211,11 @@ func (in *ClusterSpec) DeepCopyInto(out *ClusterSpec) {
 		*out = new(IngressSyncConfig)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.MaxTerminationGracePeriodSeconds != nil {
+		in, out := &in.MaxTerminationGracePeriodSeconds, &out.MaxTerminationGracePeriodSeconds
+		*out = new(int64)
+		**out = **in
+	}
 	if in.Backup != nil {
 		in, out := &in.Backup, &out.Backup
 		*out = new(BackupConfig)

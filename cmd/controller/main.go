@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -38,7 +39,16 @@ type options struct {
 	defaultPersistence     string
 	defaultDatastore       string
 	isolation              isolationFlags
+	agent                  agentFlags
 	cfg                    cluster.Config
+}
+
+// agentFlags are the host administrator's defaults for every shared-mode
+// agent (cluster.AgentDefaults) as given on the command line.
+type agentFlags struct {
+	seccompDefault                 bool
+	seccompProfiles                string
+	defaultRequests, defaultLimits string
 }
 
 // defaultWorkers is the default of --workers: see docs/architecture.md,
@@ -132,6 +142,11 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.isolation.egressCIDRs, "network-policy-egress-cidrs", "", "comma-separated CIDRs a virtual cluster's pods may reach besides their own cluster (e.g. 0.0.0.0/0)")
 	fs.StringVar(&o.isolation.egressExcept, "network-policy-egress-except", "", "comma-separated CIDRs cut out of --network-policy-egress-cidrs: the host's pod and Service networks")
 	fs.StringVar(&o.cfg.Isolation.ControllerNamespace, "controller-namespace", "", "namespace the controller runs in; only its pods may open a server's etcd client port (empty: any namespace)")
+	fs.BoolVar(&o.agent.seccompDefault, "agent-seccomp-default", true, "agents give workload containers that ask for no seccomp profile RuntimeDefault; false passes --seccomp-default=false to every agent")
+	fs.StringVar(&o.agent.seccompProfiles, "agent-seccomp-localhost-profiles", "", "comma-separated Localhost seccomp profiles workloads may name, passed to every agent; empty: none")
+	fs.StringVar(&o.agent.defaultRequests, "agent-default-requests", "", "requests of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (cpu=10m,memory=32Mi)")
+	fs.StringVar(&o.agent.defaultLimits, "agent-default-limits", "", "limits of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (memory=512Mi)")
+	fs.StringVar(&o.cfg.Agent.HostClusterDomain, "host-cluster-domain", cluster.DefaultHostClusterDomain, "the host cluster's DNS domain; passed to agents when not "+cluster.DefaultHostClusterDomain)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -145,6 +160,9 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 		return nil, fmt.Errorf("--workers %d: want at least 1", o.workers)
 	}
 	if err := o.isolation.apply(&o.cfg.Isolation); err != nil {
+		return nil, err
+	}
+	if err := o.agent.apply(&o.cfg.Agent); err != nil {
 		return nil, err
 	}
 	switch corev1.PullPolicy(o.pullPolicy) {
@@ -200,6 +218,32 @@ func (f isolationFlags) apply(d *cluster.IsolationDefaults) error {
 				return fmt.Errorf("%s: %q is not a CIDR", c.flag, cidr)
 			}
 		}
+	}
+	return nil
+}
+
+// hostDomain is what --host-cluster-domain may be: a DNS name.
+var hostDomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// apply parses the agent flags into d.
+func (f agentFlags) apply(d *cluster.AgentDefaults) error {
+	d.DisableSeccompDefault = !f.seccompDefault
+	d.SeccompLocalhostProfiles = splitList(f.seccompProfiles)
+	for _, l := range []struct {
+		flag, value string
+		into        *corev1.ResourceList
+	}{
+		{"--agent-default-requests", f.defaultRequests, &d.DefaultRequests},
+		{"--agent-default-limits", f.defaultLimits, &d.DefaultLimits},
+	} {
+		list, err := cluster.ParseResourceList(l.value)
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.flag, err)
+		}
+		*l.into = list
+	}
+	if !hostDomain.MatchString(d.HostClusterDomain) {
+		return fmt.Errorf("--host-cluster-domain %q: want a DNS name such as %s", d.HostClusterDomain, cluster.DefaultHostClusterDomain)
 	}
 	return nil
 }

@@ -68,6 +68,34 @@ func TestParseFlags(t *testing.T) {
 			},
 		},
 		{
+			name: "agents get their built-in defaults unless the chart says otherwise",
+			check: func(t *testing.T, o *options) {
+				a := o.cfg.Agent
+				if a.DisableSeccompDefault || len(a.SeccompLocalhostProfiles) != 0 || len(a.DefaultRequests) != 0 || len(a.DefaultLimits) != 0 || a.HostClusterDomain != "cluster.local" {
+					t.Fatalf("agent defaults %+v", a)
+				}
+			},
+		},
+		{
+			name: "agent defaults reach the config",
+			args: []string{"--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/a.json, b.json", "--agent-default-requests=cpu=50m,memory=64Mi",
+				"--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal"},
+			check: func(t *testing.T, o *options) {
+				a := o.cfg.Agent
+				if !a.DisableSeccompDefault || a.DefaultRequests.Cpu().String() != "50m" || a.DefaultRequests.Memory().String() != "64Mi" ||
+					a.DefaultLimits.Memory().String() != "1Gi" || len(a.DefaultLimits) != 1 || a.HostClusterDomain != "corp.internal" {
+					t.Fatalf("agent defaults %+v", a)
+				}
+				if diff := cmp.Diff([]string{"profiles/a.json", "b.json"}, a.SeccompLocalhostProfiles); diff != "" {
+					t.Fatalf("seccomp profiles (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{name: "an agent default request that is no quantity is refused", args: []string{"--agent-default-requests=cpu=lots"}, wantErr: `--agent-default-requests: "cpu=lots"`},
+		{name: "a negative agent default limit is refused", args: []string{"--agent-default-limits=memory=-1Gi"}, wantErr: `--agent-default-limits: "memory=-1Gi": negative`},
+		{name: "a host cluster domain that is no DNS name is refused", args: []string{"--host-cluster-domain=Cluster Local"}, wantErr: `--host-cluster-domain "Cluster Local"`},
+		{name: "an empty host cluster domain is refused", args: []string{"--host-cluster-domain="}, wantErr: `--host-cluster-domain ""`},
+		{
 			name: "leader election tolerates a slow API server by default",
 			check: func(t *testing.T, o *options) {
 				if o.lease != defaultLease || o.lease.duration != time.Minute {

@@ -3,6 +3,7 @@ package charttest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,7 +151,9 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 					&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: layout.AgentName(c.Name)}},
 					&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: layout.AgentName(c.Name)}},
 					&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: layout.AgentName(c.Name)}},
-					// Isolation: quota, limits and the three policies.
+					// Isolation: quota, limits and the three policies; the
+					// server and agent policies are written only once the
+					// host API's EndpointSlices were read (Role in default).
 					&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: iso.Quota}},
 					&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: iso.LimitRange}},
 					&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: iso.WorkloadPolicy}},
@@ -185,6 +188,13 @@ func TestControllerRunsOnTheChartsRBAC(t *testing.T) {
 				}
 				return nil
 			})
+			serverPolicy := &networkingv1.NetworkPolicy{}
+			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: iso.ServerPolicy}, serverPolicy); err != nil {
+				t.Fatal(err)
+			}
+			if !allowsAnAddress(serverPolicy) {
+				t.Errorf("server policy egress %+v allows no host API address", serverPolicy.Spec.Egress)
+			}
 			// Removing spec.backup removes its objects, as the ServiceAccount.
 			if err := retryOnConflict(func() error {
 				live := &v1beta1.Cluster{}
@@ -305,6 +315,10 @@ func TestChartGrantsNothingMore(t *testing.T) {
 		{"delete NetworkPolicies outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Group: "networking.k8s.io", Resource: "networkpolicies"}},
 		{"delete ResourceQuotas outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Resource: "resourcequotas"}},
 		{"write CRDs", authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}},
+		{"write the host API's EndpointSlices", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "update", Group: "discovery.k8s.io", Resource: "endpointslices", Name: "kubernetes"}},
+		{"read EndpointSlices outside default", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"}},
+		{"read EndpointSlices cluster-wide", authorizationv1.ResourceAttributes{Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"}},
+		{"read Services in default", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "get", Resource: "services"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -321,12 +335,15 @@ func TestChartGrantsNothingMore(t *testing.T) {
 			}
 		})
 	}
-	// And one it needs, so the test proves the reviews are answered at all.
-	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: serviceAccountUser, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "create", Resource: "secrets"},
-	}}
-	if err := k8s.Create(context.Background(), review); err != nil || !review.Status.Allowed {
-		t.Errorf("the ServiceAccount may not create Secrets in a watched namespace (err %v): the chart's rights are not in force", err)
+	// And the ones it needs, so the test proves the reviews are answered at all.
+	for _, attr := range []authorizationv1.ResourceAttributes{
+		{Namespace: "team-a", Verb: "create", Resource: "secrets"},
+		{Namespace: "default", Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices"},
+	} {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: serviceAccountUser, ResourceAttributes: &attr}}
+		if err := k8s.Create(context.Background(), review); err != nil || !review.Status.Allowed {
+			t.Errorf("the ServiceAccount may not %s %s in %s (err %v): the chart's rights are not in force", attr.Verb, attr.Resource, attr.Namespace, err)
+		}
 	}
 }
 
@@ -338,4 +355,17 @@ func retryOnConflict(f func() error) error {
 			return err
 		}
 	}
+}
+
+// allowsAnAddress says whether p's egress allows a single address (/32 or
+// /128) on a port: the host API's endpoints.
+func allowsAnAddress(p *networkingv1.NetworkPolicy) bool {
+	for _, r := range p.Spec.Egress {
+		for _, peer := range r.To {
+			if peer.IPBlock != nil && len(r.Ports) == 1 && (strings.HasSuffix(peer.IPBlock.CIDR, "/32") || strings.HasSuffix(peer.IPBlock.CIDR, "/128")) {
+				return true
+			}
+		}
+	}
+	return false
 }

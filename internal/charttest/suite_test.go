@@ -103,7 +103,7 @@ func helm(args ...string) (stdout, stderr string, err error) {
 
 // valueSets are the value files the chart is rendered with; "" is the chart's
 // own defaults.
-var valueSets = []string{"", "registry.yaml", "watch-namespaces.yaml", "defaults.yaml", "scheduling.yaml", "images.yaml", "observability.yaml"}
+var valueSets = []string{"", "registry.yaml", "watch-namespaces.yaml", "defaults.yaml", "scheduling.yaml", "images.yaml", "observability.yaml", "agent.yaml"}
 
 // templateArgs are the arguments of `helm template` for one value set.
 func templateArgs(valuesFile string, extra ...string) []string {

@@ -70,7 +70,10 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--default-quota=persistentvolumeclaims=20,pods=100,requests.storage=100Gi,services=50",
 				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
+				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",
+				"--host-cluster-domain=cluster.local",
 				"--zap-log-level=info")
+			hostAPIRole(t, objs)
 			if len(c.Env) != 0 {
 				t.Errorf("controller env %v without extraEnv, want none", c.Env)
 			}
@@ -125,6 +128,14 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 					t.Errorf("no Role and RoleBinding in watched namespace %s", ns)
 				}
 			}
+			// The host API's EndpointSlices are in default, watched or not.
+			hostAPIRole(t, objs)
+		},
+	}, {
+		values: "agent.yaml",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json",
+				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal")
 		},
 	}, {
 		values: "defaults.yaml",
@@ -190,6 +201,31 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			objs := render(t, tc.values)
 			tc.check(t, objs, deployment(t, objs))
 		})
+	}
+}
+
+// hostAPIRole checks that the controller may read EndpointSlices in
+// namespace default, the host API's, and nothing else there.
+func hostAPIRole(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	role, binding := find(objs, "Role", "default", release+"-host-api"), find(objs, "RoleBinding", "default", release+"-host-api")
+	if role == nil || binding == nil {
+		t.Fatalf("no Role and RoleBinding %s-host-api in namespace default; kinds: %v", release, kinds(objs))
+	}
+	var r rbacv1.Role
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(role.Object, &r); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}}
+	if diff := cmp.Diff(want, r.Rules); diff != "" {
+		t.Errorf("Role %s-host-api rules (-want +got):\n%s", release, diff)
+	}
+	var b rbacv1.RoleBinding
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(binding.Object, &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.RoleRef.Name != r.Name || len(b.Subjects) != 1 || b.Subjects[0].Name != release || b.Subjects[0].Namespace != releaseNS {
+		t.Errorf("RoleBinding %s-host-api binds %+v to %+v, want the Role to the controller's ServiceAccount", release, b.RoleRef, b.Subjects)
 	}
 }
 

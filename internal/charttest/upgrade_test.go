@@ -27,7 +27,7 @@ var previousChart = filepath.Join("testdata", "k3k-0.1.0.tgz")
 
 // newFields are paths under the Cluster schema's spec.properties that the
 // current CRD has and the previous chart's lacks.
-var newFields = [][]string{{"backup"}, {"ingresses"}, {"restoreFrom"}, {"datastore", "properties", "etcd"}}
+var newFields = [][]string{{"backup"}, {"ingresses"}, {"restoreFrom"}, {"datastore", "properties", "etcd"}, {"maxTerminationGracePeriodSeconds"}}
 
 // crdLacks lists the newFields the stored CRD's schema does not have.
 func crdLacks(t *testing.T, c client.Client) ([]string, *unstructured.Unstructured) {

@@ -146,7 +146,9 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 // The Pod Security level is the Cluster's (AgentPodSecurityLevel); the agent
 // guard holds the agent to the same level at the host API. The storage
 // classes claims may name are the Cluster's spec.storageClasses; Ingresses
-// are copied with spec.ingresses.
+// are copied with spec.ingresses; spec.maxTerminationGracePeriodSeconds caps
+// the workloads' grace periods. The host administrator's AgentDefaults
+// follow the Cluster's flags.
 func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 	args := []string{
 		layout.AgentBinary,
@@ -178,7 +180,50 @@ func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 			args = append(args, "--ingress-classes="+strings.Join(pairs, ","))
 		}
 	}
+	if n := c.Spec.MaxTerminationGracePeriodSeconds; n != nil {
+		args = append(args, "--max-termination-grace-period-seconds="+strconv.FormatInt(*n, 10))
+	}
+	return append(args, agentDefaultsArgs(cfg.Agent)...)
+}
+
+// agentDefaultsArgs are the flags of the host administrator's agent
+// defaults: none for the zero value (the agent's built-in defaults), so
+// that, as above, an upgrade of the controller leaves the Deployments of
+// existing agents alone.
+func agentDefaultsArgs(d AgentDefaults) []string {
+	var args []string
+	if d.DisableSeccompDefault {
+		args = append(args, "--seccomp-default=false")
+	}
+	if len(d.SeccompLocalhostProfiles) > 0 {
+		args = append(args, "--seccomp-localhost-profiles="+strings.Join(d.SeccompLocalhostProfiles, ","))
+	}
+	if len(d.DefaultRequests) > 0 {
+		args = append(args, "--default-requests="+resourceListFlag(d.DefaultRequests))
+	}
+	if len(d.DefaultLimits) > 0 {
+		args = append(args, "--default-limits="+resourceListFlag(d.DefaultLimits))
+	}
+	if d.HostClusterDomain != "" && d.HostClusterDomain != DefaultHostClusterDomain {
+		args = append(args, "--host-cluster-domain="+d.HostClusterDomain)
+	}
 	return args
+}
+
+// resourceListFlag is l as name=quantity,… sorted by name, so the same list
+// always gives the same command line (and Deployment).
+func resourceListFlag(l corev1.ResourceList) string {
+	names := make([]string, 0, len(l))
+	for name := range l {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	pairs := make([]string, 0, len(names))
+	for _, name := range names {
+		q := l[corev1.ResourceName(name)]
+		pairs = append(pairs, name+"="+q.String())
+	}
+	return strings.Join(pairs, ",")
 }
 
 // AgentPodSecurityLevel is the level the agent holds the Cluster's pods to:

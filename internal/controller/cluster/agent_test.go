@@ -6,10 +6,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -227,6 +230,53 @@ func TestAgentPodSecurityLevel(t *testing.T) {
 			args := AgentArgs(c, cfg)
 			if last := args[len(args)-1]; last != "--pod-security-level="+string(tc.want) {
 				t.Errorf("agent argument %q", last)
+			}
+		})
+	}
+}
+
+// TestAgentArgsPassOnlyWhatIsSet: the grace period cap and the host
+// administrator's agent defaults reach the agent's command line when set,
+// and nothing is added otherwise, so the Deployments of existing agents do
+// not change on an upgrade.
+func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
+	base := AgentArgs(sampleCluster(), testConfig)
+	cases := []struct {
+		name    string
+		cluster func(*v1beta1.Cluster)
+		agent   AgentDefaults
+		want    []string
+	}{
+		{name: "nothing set adds nothing", want: nil},
+		{name: "the default host cluster domain adds nothing", agent: AgentDefaults{HostClusterDomain: DefaultHostClusterDomain}, want: nil},
+		{name: "a grace period cap", cluster: func(c *v1beta1.Cluster) { c.Spec.MaxTerminationGracePeriodSeconds = ptr.To(int64(60)) },
+			want: []string{"--max-termination-grace-period-seconds=60"}},
+		{name: "seccomp default off", agent: AgentDefaults{DisableSeccompDefault: true}, want: []string{"--seccomp-default=false"}},
+		{name: "localhost seccomp profiles", agent: AgentDefaults{SeccompLocalhostProfiles: []string{"profiles/a.json", "b.json"}},
+			want: []string{"--seccomp-localhost-profiles=profiles/a.json,b.json"}},
+		{name: "default requests and limits, sorted by name", agent: AgentDefaults{
+			DefaultRequests: corev1.ResourceList{"memory": resource.MustParse("64Mi"), "cpu": resource.MustParse("0.05"), "cpu-x": resource.MustParse("1")},
+			DefaultLimits:   corev1.ResourceList{"memory": resource.MustParse("1Gi")},
+		}, want: []string{"--default-requests=cpu=50m,cpu-x=1,memory=64Mi", "--default-limits=memory=1Gi"}},
+		{name: "another host cluster domain", agent: AgentDefaults{HostClusterDomain: "corp.internal"}, want: []string{"--host-cluster-domain=corp.internal"}},
+		{name: "everything", cluster: func(c *v1beta1.Cluster) { c.Spec.MaxTerminationGracePeriodSeconds = ptr.To(int64(3600)) },
+			agent: AgentDefaults{DisableSeccompDefault: true, SeccompLocalhostProfiles: []string{"a"}, DefaultLimits: corev1.ResourceList{"cpu": resource.MustParse("2")}, HostClusterDomain: "x.local"},
+			want:  []string{"--max-termination-grace-period-seconds=3600", "--seccomp-default=false", "--seccomp-localhost-profiles=a", "--default-limits=cpu=2", "--host-cluster-domain=x.local"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sampleCluster()
+			if tc.cluster != nil {
+				tc.cluster(c)
+			}
+			cfg := testConfig
+			cfg.Agent = tc.agent
+			got := AgentArgs(c, cfg)
+			if diff := cmp.Diff(base, got[:min(len(base), len(got))]); diff != "" {
+				t.Fatalf("the Cluster's own flags changed (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.want, got[len(base):], cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("added flags (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -55,6 +57,10 @@ type Reconciler struct {
 	EtcdDial EtcdDialer
 	// Recorder records Events (an etcd recovery); nil records none.
 	Recorder events.EventRecorder
+	// LookupHost resolves an external datastore's host name, for its
+	// servers' NetworkPolicy; nil uses the system resolver. Tests, where no
+	// DNS answers, give a fake.
+	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Workers is how many Clusters are reconciled at once (one Cluster is
 	// never reconciled by two at a time); 0 means 1. A reconcile mostly waits
 	// on the API server, so a few workers shorten a controller's cold start
@@ -125,12 +131,14 @@ func (r *Reconciler) steps(o *observation) []namedStep {
 		{"restore", r.reconcileRestore},
 		{"kubeconfig Secret", r.reconcileKubeconfigSecret},
 		{"server RBAC", r.reconcileRBAC},
+		// Before isolation: the servers' NetworkPolicy allows the
+		// datastore endpoint the Secret holds.
+		{"external datastore Secret", r.reconcileExternalSecret},
 		{"isolation", r.reconcileIsolation},
 		{"Services", r.reconcileServices},
 		{"etcd certificates", r.reconcileEtcdPKI},
 		{"etcd roster", r.reconcileEtcdRoster},
 		{"etcd members", r.reconcileEtcdMembers},
-		{"external datastore Secret", r.reconcileExternalSecret},
 		{"servers", r.reconcileServers},
 		{"volume size", r.reconcileVolumeSize},
 		{"agent", r.reconcileAgent},
@@ -498,12 +506,43 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	} {
 		out[obj] = cache.ByObject{Label: selector}
 	}
+	// The host API server's endpoints, which the server and agent
+	// NetworkPolicies allow: its Service's EndpointSlices and nothing else
+	// (the chart grants reading them in this one namespace).
+	out[&discoveryv1.EndpointSlice{}] = cache.ByObject{
+		Namespaces: map[string]cache.Config{hostAPIServiceNamespace: {}},
+		Label:      labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: hostAPIServiceName}),
+	}
+	return out
+}
+
+// isHostAPISlice says whether obj is an EndpointSlice of the host API
+// server's Service.
+func isHostAPISlice(obj client.Object) bool {
+	return obj.GetNamespace() == hostAPIServiceNamespace && obj.GetLabels()[discoveryv1.LabelServiceName] == hostAPIServiceName
+}
+
+// everyCluster maps a change of the host API's EndpointSlices to every
+// Cluster: each one's server and agent NetworkPolicies allow those addresses.
+func (r *Reconciler) everyCluster(ctx context.Context, obj client.Object) []reconcile.Request {
+	if !isHostAPISlice(obj) {
+		return nil
+	}
+	list := &v1beta1.ClusterList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "listing Clusters after a change of the host API's endpoints")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	}
 	return out
 }
 
 // SetupWithManager registers the reconciler: Clusters, the objects they own,
-// and their server pods and volumes (owned by the StatefulSet, so mapped back
-// by label).
+// their server pods and volumes (owned by the StatefulSet, so mapped back
+// by label), and the host API's EndpointSlices (every Cluster).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	registerBackupMetrics()
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
@@ -534,5 +573,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&batchv1.Job{}, byClusterLabel).
 		Watches(&corev1.Pod{}, byClusterLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byClusterLabel).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster)).
 		Complete(r)
 }

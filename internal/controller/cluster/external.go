@@ -61,8 +61,10 @@ type externalState struct {
 }
 
 // reconcileExternalSecret reads the Secret spec.datastore.external.secretRef
-// names and records which keys it holds (never their values) in the settings.
-// Requeues after externalRetry while the Secret is missing or incomplete.
+// names and records which keys it holds (never their values) in the settings,
+// and the hosts of the endpoint it holds for the servers' NetworkPolicy
+// (reconcileIsolation, the next step). Requeues after externalRetry while the
+// Secret is missing or incomplete.
 func (r *Reconciler) reconcileExternalSecret(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
 	if o.settings.Datastore != v1beta1.ExternalDatastore || c.Spec.Datastore.External == nil || c.Spec.Datastore.External.SecretRef == nil {
 		return ctrl.Result{}, nil
@@ -84,7 +86,17 @@ func (r *Reconciler) reconcileExternalSecret(ctx context.Context, c *v1beta1.Clu
 		return ctrl.Result{RequeueAfter: externalRetry}, nil
 	}
 	o.settings.ExternalSecret = keys
+	if keys.Endpoint {
+		hosts, err := ExternalEndpointHosts(string(s.Data[layout.ExternalKeyEndpoint]))
+		o.externalHosts = &parsedHosts{hosts, err}
+	}
 	return ctrl.Result{}, nil
+}
+
+// parsedHosts is what ExternalEndpointHosts returned for an endpoint.
+type parsedHosts struct {
+	hosts []HostPort
+	err   error
 }
 
 // ExternalSecretKeysOf says which keys s holds and, when they cannot be used

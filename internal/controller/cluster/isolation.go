@@ -45,8 +45,8 @@ type IsolationDefaults struct {
 	// leave spec.networkPolicy.enabled unset.
 	DisableNetworkPolicy bool
 	// EgressCIDRs are the addresses outside the host's pod network that a
-	// virtual cluster's pods may reach (for example 0.0.0.0/0 for the
-	// internet); empty means none.
+	// virtual cluster's pods, servers and agent may reach (for example
+	// 0.0.0.0/0 for the internet); empty means none.
 	EgressCIDRs []string
 	// EgressExcept are cut out of EgressCIDRs: the host's pod and Service
 	// networks, or a CIDR of EgressCIDRs would let one tenant reach another.
@@ -172,6 +172,13 @@ func workloadLabels(c *v1beta1.Cluster) map[string]string {
 	return map[string]string{v1beta1.LabelManagedBy: agentManagedByValue, v1beta1.LabelCluster: c.Name}
 }
 
+// clusterPodLabels select every pod of c, whatever made it: its servers and
+// agent (commonLabels) and its workloads' host pods (workloadLabels) all
+// carry LabelCluster.
+func clusterPodLabels(c *v1beta1.Cluster) map[string]string {
+	return map[string]string{v1beta1.LabelCluster: c.Name}
+}
+
 func podPeer(labels map[string]string) networkingv1.NetworkPolicyPeer {
 	return networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: labels}}
 }
@@ -198,33 +205,48 @@ func policyPorts(proto corev1.Protocol, ports ...int32) []networkingv1.NetworkPo
 //     the etcd client and peer ports are open to the cluster's own servers
 //     and the controller's namespace; the datastore health and metrics and
 //     the publisher health ports to nobody (the node's kubelet probes them,
-//     and node traffic is not subject to policy). Their egress is free: the
-//     publisher writes to the host API, etcd members reach their peers.
+//     and node traffic is not subject to policy). A virtual API server
+//     connects wherever a tenant points it (node, pod and service proxies,
+//     webhooks, APIServices), so its egress is closed too but for: every pod
+//     of c (etcd peers, the agent's kubelet port, the workloads behind
+//     webhooks, APIServices and proxies), DNS, the host API's endpoints (the
+//     publisher and the datastore sidecar), an external datastore's
+//     addresses, and the configured outside addresses.
 //   - the agent: its kubelet port to c's servers and workloads (logs, exec,
-//     metrics), its DNS port to c's workloads; its egress is free (host API,
-//     virtual API, upstream DNS).
-func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults) []*networkingv1.NetworkPolicy {
+//     metrics), its DNS port to c's workloads. Out: the host API's
+//     endpoints (its host client; exec, attach, port-forward and logs go
+//     through the host API too), c's servers' API port (the virtual API,
+//     behind the API Service), DNS (its DNS server's upstreams), and the
+//     configured outside addresses.
+//
+// t are the addresses the reconcile observed; with t.HostAPI empty the
+// servers and agent would lose the host API, which reconcileIsolation never
+// lets happen.
+func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults, t EgressTargets) []*networkingv1.NetworkPolicy {
 	if !NetworkPolicyEnabled(c, d) {
 		return nil
 	}
 	n := IsolationNamesFor(c)
 	workloads, servers, agent := podPeer(workloadLabels(c)), podPeer(serverLabels(c)), podPeer(agentLabels(c))
+	both := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+	withOutside := func(rules []networkingv1.NetworkPolicyEgressRule) []networkingv1.NetworkPolicyEgressRule {
+		if outside := egressBlocks(d.EgressCIDRs, d.EgressExcept); len(outside) > 0 {
+			rules = append(rules, networkingv1.NetworkPolicyEgressRule{To: outside})
+		}
+		return rules
+	}
 
-	egress := []networkingv1.NetworkPolicyEgressRule{
-		{To: []networkingv1.NetworkPolicyPeer{workloads}},
-		{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
-		{To: []networkingv1.NetworkPolicyPeer{agent}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
-	}
-	if blocks := egressBlocks(d.EgressCIDRs, d.EgressExcept); len(blocks) > 0 {
-		egress = append(egress, networkingv1.NetworkPolicyEgressRule{To: blocks})
-	}
 	workloadPolicy := &networkingv1.NetworkPolicy{
 		ObjectMeta: objectMeta(c, n.WorkloadPolicy),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: workloadLabels(c)},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			PolicyTypes: both,
 			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{workloads, servers}}},
-			Egress:      egress,
+			Egress: withOutside([]networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{workloads}},
+				{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
+				{To: []networkingv1.NetworkPolicyPeer{agent}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
+			}),
 		},
 	}
 
@@ -233,28 +255,34 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults) []*networki
 	if d.ControllerNamespace != "" {
 		controller.NamespaceSelector.MatchLabels = map[string]string{corev1.LabelMetadataName: d.ControllerNamespace}
 	}
+	serverEgress := []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{podPeer(clusterPodLabels(c))}}, dnsRule()}
+	serverEgress = append(serverEgress, endpointRules(t.HostAPI)...)
+	serverEgress = append(serverEgress, endpointRules(t.Datastore)...)
 	serverPolicy := &networkingv1.NetworkPolicy{
 		ObjectMeta: objectMeta(c, n.ServerPolicy),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: serverLabels(c)},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
 				{Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
 				{From: etcdFrom, Ports: policyPorts(corev1.ProtocolTCP, layout.DatastoreClientPort, layout.DatastorePeerPort)},
 				{From: []networkingv1.NetworkPolicyPeer{controller}, Ports: policyPorts(corev1.ProtocolTCP, layout.DatastoreClientPort)},
 			},
+			Egress: withOutside(serverEgress),
 		},
 	}
 
+	agentEgress := []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)}, dnsRule()}
 	agentPolicy := &networkingv1.NetworkPolicy{
 		ObjectMeta: objectMeta(c, n.AgentPolicy),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: agentLabels(c)},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
 				{From: []networkingv1.NetworkPolicyPeer{servers, workloads}, Ports: policyPorts(corev1.ProtocolTCP, layout.AgentKubeletPort)},
 				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
 			},
+			Egress: withOutside(append(agentEgress, endpointRules(t.HostAPI)...)),
 		},
 	}
 	return []*networkingv1.NetworkPolicy{workloadPolicy, serverPolicy, agentPolicy}

@@ -52,6 +52,47 @@ type Config struct {
 	// ServerGOGC is the GOGC the k3s container gets unless the Cluster's
 	// serverEnvs sets one; 0 sets none (Go's default, 100). See serverEnv.
 	ServerGOGC int
+	// Agent holds what every shared-mode agent is started with besides the
+	// Cluster's own choices (the chart's sharedAgent values).
+	Agent AgentDefaults
+}
+
+// DefaultHostClusterDomain is the host cluster's DNS domain unless
+// AgentDefaults.HostClusterDomain says otherwise; the agent assumes it too.
+const DefaultHostClusterDomain = "cluster.local"
+
+// AgentDefaults are the host administrator's security defaults for every
+// shared-mode agent. The zero value adds nothing to an agent's command line:
+// the agent's built-in defaults apply, and the Deployments of existing agents
+// do not change (and restart them) on an upgrade of the controller.
+type AgentDefaults struct {
+	// DisableSeccompDefault passes --seccomp-default=false: a workload
+	// container that asks for no seccomp profile no longer gets the agent's
+	// RuntimeDefault (the host kubelet's default applies, usually
+	// Unconfined).
+	DisableSeccompDefault bool
+	// SeccompLocalhostProfiles are the Localhost seccomp profiles (relative
+	// to the host kubelet's seccomp directory) a workload may name
+	// (--seccomp-localhost-profiles); empty: the agent allows none.
+	SeccompLocalhostProfiles []string
+	// DefaultRequests and DefaultLimits are the requests and limits a
+	// workload container that sets none gets (--default-requests,
+	// --default-limits); empty: the agent's own, cpu=10m,memory=32Mi and
+	// memory=512Mi.
+	DefaultRequests, DefaultLimits corev1.ResourceList
+	// HostClusterDomain is the host cluster's DNS domain; empty means
+	// DefaultHostClusterDomain. Passed to agents (--host-cluster-domain)
+	// only when it is another, and used to resolve a one-label external
+	// datastore host the way a server pod's resolver would.
+	HostClusterDomain string
+}
+
+// hostClusterDomain is d.HostClusterDomain or the default.
+func (d AgentDefaults) hostClusterDomain() string {
+	if d.HostClusterDomain == "" {
+		return DefaultHostClusterDomain
+	}
+	return d.HostClusterDomain
 }
 
 // Settings are a Cluster's choices with the controller's defaults applied.

@@ -43,6 +43,10 @@ type observation struct {
 	agentWanted bool
 	// external is what was observed of the external datastore's Secret.
 	external externalState
+	// externalHosts are the hosts and ports of the endpoint that Secret
+	// holds, parsed; nil when it holds none. The endpoint itself, which
+	// carries credentials, is not kept.
+	externalHosts *parsedHosts
 	// claims are the server volume claims by name, read only while a server
 	// pod is not ready (they explain why).
 	claims map[string]claimFacts

@@ -3,8 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,7 +128,28 @@ func newReconciler(t *testing.T) (*Reconciler, *writeCounter) {
 		APIReader:          k8s,
 		Config:             testConfig,
 		ValidateKubeconfig: kubeconfig.Validate,
+		LookupHost:         testLookup,
 	}, w
+}
+
+// testHosts are the external datastore names the tests resolve to addresses
+// of their own (documentation ranges).
+var testHosts = map[string][]netip.Addr{
+	"spec-db.example":   {netip.MustParseAddr("192.0.2.10")},
+	"secret-db.example": {netip.MustParseAddr("192.0.2.20"), netip.MustParseAddr("2001:db8::20")},
+}
+
+// testLookup resolves names where no DNS answers: the names of testHosts to
+// theirs, a name under .invalid (RFC 6761) to nothing, any other to
+// 192.0.2.1.
+func testLookup(_ context.Context, host string) ([]netip.Addr, error) {
+	if strings.HasSuffix(strings.TrimSuffix(host, "."), ".invalid") {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	if a, ok := testHosts[host]; ok {
+		return a, nil
+	}
+	return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
 }
 
 // reconcileOnce runs one reconcile of the named Cluster and fails the test on error.

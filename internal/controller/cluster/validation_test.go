@@ -48,6 +48,10 @@ func TestAdmissionRejectsInvalidSpecs(t *testing.T) {
 			c.Spec.Datastore.Type = v1beta1.EtcdDatastore
 		}, "servers: datastore.type etcd needs an odd number of servers"},
 		{"external without an endpoint is refused", func(c *v1beta1.Cluster) { c.Spec.Datastore.Type = v1beta1.ExternalDatastore }, "datastore.external.endpoint is required when datastore.type is external"},
+		{"a grace period cap of 0 is refused", func(c *v1beta1.Cluster) { c.Spec.MaxTerminationGracePeriodSeconds = ptr.To(int64(0)) },
+			"spec.maxTerminationGracePeriodSeconds in body should be greater than or equal to 1"},
+		{"a grace period cap over an hour is refused", func(c *v1beta1.Cluster) { c.Spec.MaxTerminationGracePeriodSeconds = ptr.To(int64(3601)) },
+			"spec.maxTerminationGracePeriodSeconds in body should be less than or equal to 3600"},
 		{"external settings with sqlite are refused", func(c *v1beta1.Cluster) {
 			c.Spec.Datastore.Type = v1beta1.SQLiteDatastore
 			c.Spec.Datastore.External = &v1beta1.ExternalDatastoreConfig{Endpoint: "postgres://db:5432/k3s"}
