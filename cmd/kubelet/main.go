@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -58,6 +60,10 @@ type options struct {
 	storageClasses                         []string
 	syncIngresses                          bool
 	ingressClasses                         map[string]string
+	seccompDefault                         bool
+	seccompLocalhostProfiles               []string
+	defaultRequests, defaultLimits         string
+	maxTerminationGracePeriodSeconds       int64
 }
 
 func main() {
@@ -115,6 +121,11 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes PersistentVolumeClaims and generic ephemeral volumes may name, besides the host's default (none by default; the controller passes the Cluster's spec.storageClasses)")
 	f.BoolVar(&o.syncIngresses, "sync-ingresses", false, "copy the virtual cluster's Ingresses to the host namespace (the controller passes the Cluster's spec.ingresses.enabled)")
 	f.StringToStringVar(&o.ingressClasses, "ingress-classes", nil, "virtual=host ingress class pairs an Ingress may name; one without a class gets the host's default, others are refused")
+	f.BoolVar(&o.seccompDefault, "seccomp-default", true, "give host pods whose virtual pod sets no pod-level seccomp profile RuntimeDefault (without a profile the host runs them unconfined)")
+	f.StringSliceVar(&o.seccompLocalhostProfiles, "seccomp-localhost-profiles", nil, "localhostProfile values a Localhost seccomp profile may name; pods naming any other are refused (none by default)")
+	f.StringVar(&o.defaultRequests, "default-requests", "cpu=10m,memory=32Mi", "name=quantity requests given to containers that request none of a resource (and do not limit it); cpu, memory and ephemeral-storage; empty for none")
+	f.StringVar(&o.defaultLimits, "default-limits", "memory=512Mi", "name=quantity limits given to containers that set no limit of a resource; cpu, memory and ephemeral-storage; empty for none")
+	f.Int64Var(&o.maxTerminationGracePeriodSeconds, "max-termination-grace-period-seconds", translate.DefaultMaxTerminationGracePeriodSeconds, "cap on a host pod's terminationGracePeriodSeconds and on every host pod deletion's grace period; at least 1")
 }
 
 // agentConfig turns the flags into the agent's configuration, without the
@@ -137,6 +148,17 @@ func agentConfig(o options) (agent.Config, error) {
 		}
 		capacity[name] = q
 	}
+	if o.maxTerminationGracePeriodSeconds < 1 {
+		return agent.Config{}, fmt.Errorf("--max-termination-grace-period-seconds: %d: must be at least 1", o.maxTerminationGracePeriodSeconds)
+	}
+	defaultRequests, err := parseResourceList(o.defaultRequests)
+	if err != nil {
+		return agent.Config{}, fmt.Errorf("--default-requests: %w", err)
+	}
+	defaultLimits, err := parseResourceList(o.defaultLimits)
+	if err != nil {
+		return agent.Config{}, fmt.Errorf("--default-limits: %w", err)
+	}
 	cfg := agent.Config{
 		Translate: translate.Config{
 			ClusterName:   o.clusterName,
@@ -148,6 +170,12 @@ func agentConfig(o options) (agent.Config, error) {
 			PodSecurityLevel: o.podSecurityLevel,
 			StorageClasses:   o.storageClasses,
 			IngressClasses:   o.ingressClasses,
+
+			DisableSeccompDefault:            !o.seccompDefault,
+			SeccompLocalhostProfiles:         o.seccompLocalhostProfiles,
+			DefaultRequests:                  defaultRequests,
+			DefaultLimits:                    defaultLimits,
+			MaxTerminationGracePeriodSeconds: o.maxTerminationGracePeriodSeconds,
 		},
 		Node: node.Config{
 			Name:        o.nodeName,
@@ -165,6 +193,47 @@ func agentConfig(o options) (agent.Config, error) {
 		}}
 	}
 	return cfg, nil
+}
+
+// defaultableResources are the resources --default-requests and
+// --default-limits may name. Extended resources and hugepages must be
+// requested and limited alike and name hardware; a default of them would
+// make every host pod invalid or ask the host for devices.
+var defaultableResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage}
+
+// parseResourceList parses "name=quantity,name=quantity" into a
+// ResourceList; an empty string is none (nil).
+func parseResourceList(s string) (corev1.ResourceList, error) {
+	var out corev1.ResourceList
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want name=quantity", part)
+		}
+		rn := corev1.ResourceName(strings.TrimSpace(name))
+		if !slices.Contains(defaultableResources, rn) {
+			return nil, fmt.Errorf("%q: only %v may be defaulted", part, defaultableResources)
+		}
+		q, err := resource.ParseQuantity(strings.TrimSpace(value))
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", part, err)
+		}
+		if q.Sign() <= 0 {
+			return nil, fmt.Errorf("%q: must be positive", part)
+		}
+		if _, dup := out[rn]; dup {
+			return nil, fmt.Errorf("%q: %s given twice", part, rn)
+		}
+		if out == nil {
+			out = corev1.ResourceList{}
+		}
+		out[rn] = q
+	}
+	return out, nil
 }
 
 // run starts the agent and runs it until ctx ends or a signal arrives, in
@@ -210,7 +279,8 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		return err
 	}
 	logr.FromContextOrDiscard(ctx).Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace,
-		"node", cfg.Translate.NodeName, "podSecurityLevel", cfg.Translate.PodSecurityLevel)
+		"node", cfg.Translate.NodeName, "podSecurityLevel", cfg.Translate.PodSecurityLevel,
+		"seccompDefault", !cfg.Translate.DisableSeccompDefault, "maxTerminationGracePeriodSeconds", cfg.Translate.MaxTerminationGracePeriodSeconds)
 	return a.Run(ctx, virtual)
 }
 

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -13,7 +15,8 @@ import (
 )
 
 func TestAgentConfigFromFlags(t *testing.T) {
-	base := options{clusterName: "demo", hostNamespace: "tenants", cpu: "4", memory: "8Gi", pods: "50", kubeletPort: 10250, clusterDomain: "cluster.local", podSecurityLevel: "baseline"}
+	base := options{clusterName: "demo", hostNamespace: "tenants", cpu: "4", memory: "8Gi", pods: "50", kubeletPort: 10250, clusterDomain: "cluster.local", podSecurityLevel: "baseline",
+		seccompDefault: true, maxTerminationGracePeriodSeconds: 300}
 	cases := []struct {
 		name    string
 		mutate  func(*options)
@@ -136,5 +139,82 @@ func TestHostClusterDomainReachesTheAgent(t *testing.T) {
 		if cfg.HostDomain != tc.want {
 			t.Errorf("%v: host domain %q, want %q", tc.args, cfg.HostDomain, tc.want)
 		}
+	}
+}
+
+// TestSecureDefaultFlags parses the agent's command line as it would run:
+// without flags every host pod gets the secure defaults, and each flag
+// changes only its own setting or is refused with its name.
+func TestSecureDefaultFlags(t *testing.T) {
+	rl := func(pairs ...string) corev1.ResourceList {
+		var out corev1.ResourceList
+		for i := 0; i < len(pairs); i += 2 {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[corev1.ResourceName(pairs[i])] = resource.MustParse(pairs[i+1])
+		}
+		return out
+	}
+	type want struct {
+		disableSeccomp bool
+		profiles       []string
+		requests       corev1.ResourceList
+		limits         corev1.ResourceList
+		grace          int64
+	}
+	defaults := want{requests: rl("cpu", "10m", "memory", "32Mi"), limits: rl("memory", "512Mi"), grace: 300}
+	with := func(f func(*want)) want {
+		w := defaults
+		f(&w)
+		return w
+	}
+	cases := []struct {
+		name    string
+		args    []string
+		want    want
+		wantErr string
+	}{
+		{"without flags every default is on", nil, defaults, ""},
+		{"the seccomp default can be turned off", []string{"--seccomp-default=false"}, with(func(w *want) { w.disableSeccomp = true }), ""},
+		{"Localhost profiles are allowed by name", []string{"--seccomp-localhost-profiles=profiles/a.json,profiles/b.json"},
+			with(func(w *want) { w.profiles = []string{"profiles/a.json", "profiles/b.json"} }), ""},
+		{"other default requests replace the built-in ones", []string{"--default-requests=cpu=50m, ephemeral-storage=1Gi"},
+			with(func(w *want) { w.requests = rl("cpu", "50m", "ephemeral-storage", "1Gi") }), ""},
+		{"empty default requests give none", []string{"--default-requests="}, with(func(w *want) { w.requests = nil }), ""},
+		{"empty default limits give none", []string{"--default-limits="}, with(func(w *want) { w.limits = nil }), ""},
+		{"a cap on the grace period is passed on", []string{"--max-termination-grace-period-seconds=10"}, with(func(w *want) { w.grace = 10 }), ""},
+		{"a grace period cap of 0 is refused", []string{"--max-termination-grace-period-seconds=0"}, want{}, "--max-termination-grace-period-seconds: 0: must be at least 1"},
+		{"a negative grace period cap is refused", []string{"--max-termination-grace-period-seconds=-5"}, want{}, "--max-termination-grace-period-seconds"},
+		{"a default without a quantity is refused", []string{"--default-limits=memory"}, want{}, `--default-limits: "memory": want name=quantity`},
+		{"a default that is no quantity is refused", []string{"--default-requests=cpu=lots"}, want{}, `--default-requests: "cpu=lots"`},
+		{"a zero default is refused", []string{"--default-limits=memory=0"}, want{}, "must be positive"},
+		{"a GPU default is refused", []string{"--default-limits=nvidia.com/gpu=1"}, want{}, `--default-limits: "nvidia.com/gpu=1": only [cpu memory ephemeral-storage] may be defaulted`},
+		{"a resource given twice is refused", []string{"--default-requests=cpu=1m,cpu=2m"}, want{}, "cpu given twice"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var o options
+			cmd := &cobra.Command{}
+			bindFlags(cmd, &o)
+			if err := cmd.ParseFlags(append([]string{"--cluster-name=demo", "--host-namespace=tenants"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := agentConfig(o)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := cfg.Translate
+			got := want{c.DisableSeccompDefault, c.SeccompLocalhostProfiles, c.DefaultRequests, c.DefaultLimits, c.MaxTerminationGracePeriodSeconds}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -18,7 +18,8 @@ import (
 
 // TestAgentRefusesEachEscapeClass creates one virtual pod per refusal class
 // (Pod Security baseline, a host field outside Pod Security, an ephemeral
-// volume template, a pod beyond the node's capacity pinned with nodeName):
+// volume template, a Localhost seccomp profile, a pod beyond the node's
+// capacity or asking for a GPU the node does not have, pinned with nodeName):
 // each is failed with its reason and a message naming the field, an Event
 // says the same, and no host pod is made. Every request the agent makes runs
 // under the agent guard (main_test.go).
@@ -59,6 +60,12 @@ func TestAgentRefusesEachEscapeClass(t *testing.T) {
 		}},
 		{"too-big", "OutOfcpu", "Node didn't have enough resource: cpu, requested: 9", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("9")}
+		}},
+		{"gpu", "OutOfnvidia.com/gpu", "Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 0, capacity: 0", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+		}},
+		{"localhost-seccomp", translate.ReasonUnsupported, `container "main": seccomp profile Localhost "tenant.json" is not one the host administrator allowed`, func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("tenant.json")}}
 		}},
 	}
 	for _, tc := range cases {
@@ -186,4 +193,71 @@ func TestAPodTheHostQuotaRefusesSaysWhyAndStartsOnceThereIsRoom(t *testing.T) {
 		_, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hostPodName(ns, vp.Name), metav1.GetOptions{})
 		return err
 	})
+}
+
+// TestAgentCapsGracePeriods runs a pod that asks for a year to shut down, as
+// one that ignores SIGTERM would: its host pod gets the agent's cap (300 s by
+// default), its graceful deletion is passed on capped, and a host pod
+// already terminating with a year (deleted before the cap existed) is
+// deleted again with the cap once its virtual pod is gone.
+func TestAgentCapsGracePeriods(t *testing.T) {
+	c := ctx(t)
+	const ns = "deaf"
+	year := int64(31536000)
+	limit := translate.DefaultMaxTerminationGracePeriodSeconds
+	virtualNamespace(t, ns)
+	deaf := func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To(year) }
+
+	hp := runVirtual(t, boundPod(ns, "graceful", deaf))
+	if g := ptr.Deref(hp.Spec.TerminationGracePeriodSeconds, 0); g != limit {
+		t.Errorf("host terminationGracePeriodSeconds %d, want the cap %d", g, limit)
+	}
+	if sc := hp.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("host pod security context %+v, want seccomp RuntimeDefault", sc)
+	}
+	if err := virtAdmin.CoreV1().Pods(ns).Delete(c, "graceful", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "host pod terminating with the cap", func() error {
+		p, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hp.Name, metav1.GetOptions{})
+		if err == nil && (p.DeletionTimestamp == nil || ptr.Deref(p.DeletionGracePeriodSeconds, 0) != limit) {
+			err = fmt.Errorf("deletion %v grace %v", p.DeletionTimestamp, p.DeletionGracePeriodSeconds)
+		}
+		return err
+	})
+	// The host kubelet confirms the containers stopped.
+	if err := hostAdmin.CoreV1().Pods(hostNamespace).Delete(c, hp.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+
+	old := runVirtual(t, boundPod(ns, "before-the-cap", deaf))
+	// What an agent without the cap did: the host pod deleted with the
+	// virtual pod's year.
+	if err := hostAdmin.CoreV1().Pods(hostNamespace).Delete(c, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(year)}); err != nil {
+		t.Fatal(err)
+	}
+	// The virtual pod is removed at once. The agent usually finds it gone
+	// and deletes the host pod again with the cap; it may instead still see
+	// the force deletion's last update (deleting, grace period 0) and pass
+	// that on, which removes the host pod. Either is within the cap; an
+	// agent without it leaves the year.
+	if err := virtAdmin.CoreV1().Pods(ns).Delete(c, "before-the-cap", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the year shortened to the cap", func() error {
+		p, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, old.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		case ptr.Deref(p.DeletionGracePeriodSeconds, year) > limit:
+			return fmt.Errorf("grace %v", p.DeletionGracePeriodSeconds)
+		}
+		return nil
+	})
+	err := hostAdmin.CoreV1().Pods(hostNamespace).Delete(c, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 }

@@ -116,9 +116,11 @@ func hostKubeletRuns(t *testing.T, name string, mutate func(*corev1.PodStatus)) 
 		}
 	}
 	now := metav1.Now()
+	// The QoS class is the one the host API server gave the pod at creation
+	// (immutable; Burstable with the agent's default resources).
 	hp.Status = corev1.PodStatus{
 		Phase: corev1.PodRunning, HostIP: "192.168.10.1", HostIPs: []corev1.HostIP{{IP: "192.168.10.1"}},
-		PodIP: "10.244.1.7", PodIPs: []corev1.PodIP{{IP: "10.244.1.7"}}, StartTime: &now, QOSClass: corev1.PodQOSBestEffort,
+		PodIP: "10.244.1.7", PodIPs: []corev1.PodIP{{IP: "10.244.1.7"}}, StartTime: &now, QOSClass: hp.Status.QOSClass,
 		Conditions: []corev1.PodCondition{
 			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
 			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
@@ -337,6 +339,14 @@ func TestAgentPodLifecycle(t *testing.T) {
 	}
 	if len(hp.OwnerReferences) != 1 || hp.OwnerReferences[0].Kind != "Cluster" {
 		t.Errorf("host pod owners %v, want the Cluster", hp.OwnerReferences)
+	}
+	// What the tenant left out got the agent's defaults (main_test.go sets
+	// the binary's resource defaults).
+	if sc := hp.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("host pod security context %+v, want seccomp RuntimeDefault", sc)
+	}
+	if r := hp.Spec.Containers[0].Resources; r.Limits.Memory().String() != "512Mi" || r.Requests.Memory().String() != "32Mi" || r.Requests.Cpu().String() != "10m" {
+		t.Errorf("host container resources %+v, want the default requests and limits", r)
 	}
 
 	// The copies exist, carry the virtual content and are owned by the host pod.

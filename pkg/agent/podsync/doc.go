@@ -10,15 +10,22 @@
 //     (translate.HostPod), write the host copies of the ConfigMaps and Secrets it
 //     uses and its identity Secret, patch changed images, and mirror the host
 //     pod's status onto the virtual pod;
-//   - virtual pod being deleted: delete the host pod with the same grace period;
-//     once it is gone, remove the virtual pod (grace period 0, UID precondition),
-//     which is kubelet's acknowledgement that the containers are stopped;
+//   - virtual pod being deleted: delete the host pod with the same grace period,
+//     capped; once it is gone, remove the virtual pod (grace period 0, UID
+//     precondition), which is kubelet's acknowledgement that the containers are
+//     stopped;
 //   - virtual pod gone: delete the host pod, after a live read confirms the
 //     virtual pod is really gone (a cache may lag; a host pod is never deleted
-//     on a cache's word alone);
+//     on a cache's word alone); one already terminating with a grace period
+//     above the cap is deleted again with the cap;
 //   - host pod gone while the virtual pod had been running: fail the virtual
 //     pod (HostPodLost), as the node lifecycle controller would for a lost node,
 //     so its controller replaces it.
+//
+// Every host pod deletion is held to the Translator's
+// MaxTerminationGracePeriodSeconds (hostDeletion): a tenant's pod that ignores
+// SIGTERM would otherwise stay on the host for the grace period the tenant
+// chose, up to a year, after its virtual pod is gone.
 //
 // Host copies are owned by the host pods that use them (owner references), so
 // the host's garbage collector deletes a copy when the last pod using it is
@@ -34,5 +41,6 @@
 // written copies and issued tokens survives the restart.
 //
 // The package is tested through pkg/agent's suite, which runs it against two
-// real kube-apiservers.
+// real kube-apiservers; the grace period decision (hostDeletion) also by a
+// unit test.
 package podsync

@@ -79,8 +79,13 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 // once the virtual API server itself says so.
 func (r *run) virtualGone(ctx context.Context, ns, name string, hpod *corev1.Pod) (bool, error) {
 	r.forget(ns, name)
-	if hpod == nil || hpod.DeletionTimestamp != nil {
+	if hpod == nil {
 		return false, nil
+	}
+	if hpod.DeletionTimestamp != nil {
+		// Already terminating, perhaps with a grace period from before the
+		// cap: deleteHost shortens it to the cap, else leaves it alone.
+		return false, r.deleteHost(ctx, hpod, nil)
 	}
 	live, err := r.virtual.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -93,14 +98,16 @@ func (r *run) virtualGone(ctx context.Context, ns, name string, hpod *corev1.Pod
 	return false, r.deleteHost(ctx, hpod, nil)
 }
 
-// virtualDeleting stops the host pod with the virtual pod's grace period and,
-// once the host pod is gone, completes the virtual deletion as kubelet does.
+// virtualDeleting stops the host pod with the virtual pod's grace period,
+// capped, and, once the host pod is gone, completes the virtual deletion as
+// kubelet does.
 func (r *run) virtualDeleting(ctx context.Context, vpod, hpod *corev1.Pod) (bool, error) {
 	if hpod != nil {
-		if hpod.DeletionTimestamp == nil {
-			if err := r.deleteHost(ctx, hpod, vpod.DeletionGracePeriodSeconds); err != nil {
-				return false, err
-			}
+		// A host pod already terminating is deleted again only when that
+		// shortens its grace period (a second, shorter virtual deletion; a
+		// host pod deleted before the cap existed).
+		if err := r.deleteHost(ctx, hpod, vpod.DeletionGracePeriodSeconds); err != nil {
+			return false, err
 		}
 		// Status keeps flowing while containers stop; the host pod's
 		// disappearance brings the key back.
@@ -117,9 +124,16 @@ func (r *run) virtualDeleting(ctx context.Context, vpod, hpod *corev1.Pod) (bool
 	return false, nil
 }
 
-func (r *run) deleteHost(ctx context.Context, hpod *corev1.Pod, grace *int64) error {
+// deleteHost deletes hpod with the grace period hostDeletion gives for
+// requested (the virtual pod's, nil when there is none), if that deletes it
+// or shortens its deletion.
+func (r *run) deleteHost(ctx context.Context, hpod *corev1.Pod, requested *int64) error {
+	grace, ok := hostDeletion(hpod, requested, r.tr.Config().MaxTerminationGracePeriodSeconds)
+	if !ok {
+		return nil
+	}
 	err := r.cfg.Host.CoreV1().Pods(hpod.Namespace).Delete(ctx, hpod.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: grace,
+		GracePeriodSeconds: ptr.To(grace),
 		Preconditions:      &metav1.Preconditions{UID: &hpod.UID},
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

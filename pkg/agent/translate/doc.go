@@ -30,7 +30,11 @@
 // to the host copies of their claims (HostClaim), which keep only size, access
 // modes, volume mode and an allowed storage class. Containers are pointed
 // at the virtual API (APIServer) instead of the host's, which the host kubelet
-// would inject.
+// would inject. What the tenant leaves out gets a safe value rather than the
+// host's default: a RuntimeDefault seccomp profile, default resource requests
+// and limits, a size for memory-backed emptyDirs, and a grace period no
+// longer than the configured cap; Localhost seccomp profiles the host
+// administrator did not allow are refused.
 //
 // Services. A virtual Service becomes a selectorless ClusterIP (or headless)
 // host Service asking for the virtual ClusterIP; its EndpointSlices become host

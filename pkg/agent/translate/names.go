@@ -84,7 +84,42 @@ type Config struct {
 	// host IngressClasses. An Ingress without a class gets the host's
 	// default; one naming a class not in the map is refused.
 	IngressClasses map[string]string
+
+	// DisableSeccompDefault leaves a pod without a pod-level seccomp profile
+	// as it is. By default such a host pod gets RuntimeDefault: a container
+	// without a profile runs with none on the host (Seccomp: 0), and
+	// unshare(CLONE_NEWUSER) then opens user namespaces, the door to kernel
+	// bugs. Containers that name their own profile keep it.
+	DisableSeccompDefault bool
+	// SeccompLocalhostProfiles are the localhostProfile values a Localhost
+	// seccomp profile may name (pod or container level, or the legacy
+	// annotations). Any other is refused: a Localhost profile is a file on
+	// the host node, which the host administrator writes, not the tenant.
+	// None by default.
+	SeccompLocalhostProfiles []string
+	// DefaultRequests are given to every container (init, sidecar, regular)
+	// that requests none of a resource, unless the container sets its own
+	// limit of it (the API server then copies the limit into the request)
+	// and never above the container's limit; resources the pod sets at pod
+	// level are left to it (defaultResources). Nil gives none.
+	DefaultRequests corev1.ResourceList
+	// DefaultLimits are given to every container that sets no limit of a
+	// resource: a pod that sets nothing would otherwise have no memory bound
+	// on the host. Nil gives none.
+	DefaultLimits corev1.ResourceList
+	// MaxTerminationGracePeriodSeconds caps the host pod's
+	// terminationGracePeriodSeconds (and the probe-level ones), and every
+	// host pod deletion (package podsync): a pod that ignores SIGTERM with a
+	// grace period of a year would otherwise run on, Terminating, long after
+	// its virtual pod and namespace are gone. Zero means
+	// DefaultMaxTerminationGracePeriodSeconds, so no Config is without a
+	// cap; negative is refused.
+	MaxTerminationGracePeriodSeconds int64
 }
+
+// DefaultMaxTerminationGracePeriodSeconds is the grace period cap of a
+// Config that sets none, and the agent's flag default.
+const DefaultMaxTerminationGracePeriodSeconds int64 = 300
 
 // Translator holds a checked Config.
 type Translator struct {
@@ -103,6 +138,16 @@ func New(cfg Config) (*Translator, error) {
 	if cfg.PodSecurityLevel == "" {
 		cfg.PodSecurityLevel = podsecurity.Baseline
 	}
+	switch {
+	case cfg.MaxTerminationGracePeriodSeconds == 0:
+		cfg.MaxTerminationGracePeriodSeconds = DefaultMaxTerminationGracePeriodSeconds
+	case cfg.MaxTerminationGracePeriodSeconds < 0:
+		return nil, fmt.Errorf("translate: max termination grace period %d s: must be positive", cfg.MaxTerminationGracePeriodSeconds)
+	}
+	// Copied, so a caller changing its lists cannot change the defaults of
+	// a Translator already in use.
+	cfg.DefaultRequests = cfg.DefaultRequests.DeepCopy()
+	cfg.DefaultLimits = cfg.DefaultLimits.DeepCopy()
 	pss, err := podsecurity.New(cfg.PodSecurityLevel)
 	if err != nil {
 		return nil, fmt.Errorf("translate: %w", err)

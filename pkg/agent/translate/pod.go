@@ -25,12 +25,14 @@ func (e *UnsupportedError) Error() string {
 // for pods that must not or cannot run on the host.
 //
 // Refused are what would hand a tenant the host node or another tenant's
-// data whatever the Pod Security level (unsupported), and what the cluster's
+// data whatever the Pod Security level (unsupported, and Localhost seccomp
+// profiles the host administrator did not allow), and what the cluster's
 // Pod Security level forbids, evaluated on the virtual pod as written (its
 // annotations and ephemeral containers included) and again on the host pod
 // as built, so translation can never add what the level forbids.
 func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	reasons := t.unsupported(&vpod.Spec)
+	reasons = append(reasons, t.seccompLocalhost(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.pss.Check(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.procMount(&vpod.Spec)...)
 	if len(reasons) > 0 {
@@ -76,6 +78,14 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	spec.SetHostnameAsFQDN = nil
 	t.rewriteDNS(&spec, ns)
 	t.pointAtVirtualAPI(&spec)
+
+	// What the tenant left out gets the safe value, not the host's default
+	// (defaults.go); resources first, since the memory volumes are sized
+	// from the limits they leave.
+	t.seccompDefault(&spec)
+	t.defaultResources(&spec)
+	sizeMemoryVolumes(&spec)
+	t.capGracePeriods(&spec)
 
 	for i := range spec.ImagePullSecrets {
 		spec.ImagePullSecrets[i].Name = rename(KindSecret, spec.ImagePullSecrets[i].Name)

@@ -61,6 +61,12 @@ var escapes = []struct {
 	{"seccomp Unconfined on a container", func(p *corev1.Pod) {
 		sc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
 	}, `seccompProfile.type to "Unconfined"`},
+	{"a Localhost seccomp profile on a container", func(p *corev1.Pod) {
+		sc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("tenant.json")}
+	}, `container "app": seccomp profile Localhost "tenant.json" is not one the host administrator allowed`},
+	{"a Localhost seccomp profile by annotation", func(p *corev1.Pod) {
+		p.Annotations = map[string]string{"seccomp.security.alpha.kubernetes.io/pod": "localhost/tenant.json"}
+	}, `seccomp profile Localhost "tenant.json" is not one the host administrator allowed`},
 	{"AppArmor Unconfined", func(p *corev1.Pod) {
 		sc(p).AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
 	}, `must not set AppArmor profile type to "Unconfined"`},
@@ -231,7 +237,7 @@ func TestPrivilegedLevel(t *testing.T) {
 			_, err := tr.HostPod(p)
 			structural := strings.HasPrefix(tc.name, "host ") || strings.Contains(tc.want, "hostPath") || strings.Contains(tc.want, "hostPort") ||
 				strings.Contains(tc.want, "runtimeClassName") || strings.Contains(tc.want, "host \"") || strings.Contains(tc.want, "ephemeral") ||
-				strings.Contains(tc.want, "storage class")
+				strings.Contains(tc.want, "storage class") || strings.Contains(tc.want, "seccomp profile Localhost")
 			if structural && err == nil {
 				t.Errorf("allowed at privileged; the agent refuses it at every level")
 			}
