@@ -438,12 +438,10 @@ func handWrittenEndpoints(t *testing.T, v *vcluster, ns, name, ip string, port i
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		//lint:ignore SA1019 v1 Endpoints are what the API server's Service proxy reads
-		_, err = v.client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip}},
-				Ports: []corev1.EndpointPort{{Name: "http", Port: port}}}},
-		}, metav1.CreateOptions{})
+		// v1 Endpoints, which the API server's Service proxy reads, written
+		// as the JSON a tenant would send (the Go types are deprecated).
+		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":%q},"subsets":[{"addresses":[{"ip":%q}],"ports":[{"name":"http","port":%d}]}]}`, name, ip, port)
+		err = v.client.CoreV1().RESTClient().Post().Namespace(ns).Resource("endpoints").Body([]byte(body)).Do(ctx).Error()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
