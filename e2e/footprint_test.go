@@ -255,15 +255,7 @@ func loadPods(t *testing.T, v *vcluster, n int, wait time.Duration) int {
 	t.Helper()
 	const ns = "load"
 	labels := map[string]string{"app": "load"}
-	if err := retry(func(ctx context.Context) error {
-		_, err := v.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	createVirtualNamespace(t, v, ns)
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "load", Namespace: ns},
 		Spec: appsv1.DeploymentSpec{

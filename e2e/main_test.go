@@ -254,7 +254,7 @@ func sharedCluster(t *testing.T) *vcluster {
 	t.Helper()
 	shared.once.Do(func() {
 		start := time.Now()
-		shared.v, shared.out, shared.err = newCluster("shared")
+		shared.v, shared.out, shared.err = newCluster("common")
 		t.Logf("the shared cluster made by this scenario in %s:\n%s", time.Since(start).Round(time.Millisecond), shared.out)
 	})
 	if shared.err != nil {
