@@ -6,7 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,8 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clientretry "k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -47,6 +50,7 @@ func TestTenantIsolationDefaults(t *testing.T) {
 	createVirtualNamespace(t, v, ns)
 
 	probePod := hostilePod(ns, "probe", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Name = "sh" // the name prober execs into (netpol_test.go)
 		p.Spec.Volumes = []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "shm", MountPath: "/shm"}}
 	})
@@ -59,7 +63,7 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		t.Helper()
 		var out string
 		eventually(t, time.Minute, "exec in the probe pod: "+script, func(ctx context.Context) (bool, error) {
-			o, e, err := execIn(ctx, rc, ns, "probe", "main", "", "sh", "-c", script+"; echo exit=$?")
+			o, e, err := execIn(ctx, rc, ns, "probe", "sh", "", "sh", "-c", script+"; echo exit=$?")
 			if err != nil || !strings.Contains(o, "exit=") {
 				return false, fmt.Errorf("exec: %v (%q %q)", err, o, e)
 			}
@@ -175,7 +179,10 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		// Control: the proxy path works, to the tenant's own pod.
 		eventually(t, 2*time.Minute, "pods/proxy to the tenant's own pod", func(ctx context.Context) (bool, error) {
 			body, err := proxy.get(ctx, "/api/v1/namespaces/"+ns+"/pods/web:8080/proxy/")
-			return err == nil && strings.Contains(body, "hello"), fmt.Errorf("%v: %q", err, body)
+			if err != nil || !strings.Contains(body, "hello") {
+				return false, fmt.Errorf("%v: %q", err, body)
+			}
+			return true, nil
 		})
 		fakeNode(t, v, "fake-dns", coredns, 8080)
 		fakeNode(t, v, "fake-controller", controller, 8080)
@@ -185,18 +192,22 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		// garbage collector keeps pods of nodes that exist.
 		createVirtualPod(t, v, hostilePod(ns, decoy, func(p *corev1.Pod) { p.Spec.NodeName = "fake-dns" }))
 		if err := retry(func(ctx context.Context) error {
-			p, err := v.client.CoreV1().Pods(ns).Get(ctx, decoy, metav1.GetOptions{})
-			if err != nil {
+			return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+				p, err := v.client.CoreV1().Pods(ns).Get(ctx, decoy, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				p.Status.Phase = corev1.PodRunning
+				p.Status.PodIP, p.Status.PodIPs = coredns, []corev1.PodIP{{IP: coredns}}
+				_, err = v.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 				return err
-			}
-			p.Status.Phase = corev1.PodRunning
-			p.Status.PodIP, p.Status.PodIPs = coredns, []corev1.PodIP{{IP: coredns}}
-			_, err = v.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-			return err
+			})
 		}); err != nil {
 			t.Fatalf("patching the decoy pod's status: %v", err)
 		}
-		handWrittenEndpoints(t, v, ns, "evil", coredns, 8080)
+		// The API server's Service proxy goes only to addresses that name a
+		// pod with that IP: the decoy, whose status now says so.
+		handWrittenEndpoints(t, v, ns, "evil", coredns, 8080, decoy)
 
 		for _, try := range []struct{ what, path, leak string }{
 			{"the host DNS's health through a fake Node", "/api/v1/nodes/http:fake-dns:8080/proxy/health", "OK"},
@@ -205,16 +216,54 @@ func TestTenantIsolationDefaults(t *testing.T) {
 			{"the host DNS's health through a pod status", "/api/v1/namespaces/" + ns + "/pods/http:" + decoy + ":8080/proxy/health", "OK"},
 			{"the host DNS's health through hand-written Endpoints", "/api/v1/namespaces/" + ns + "/services/http:evil:8080/proxy/health", "OK"},
 		} {
-			body, err := proxy.get(context.Background(), try.path)
-			if !blockedByPolicy(err) || (try.leak != "" && strings.Contains(body, try.leak)) {
+			var body string
+			var err error
+			// The API server's view of new Endpoints may lag a moment.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+				body, err = proxy.get(context.Background(), try.path)
+				if !strings.Contains(fmt.Sprint(err, body), "no endpoints available") || time.Now().After(deadline) {
+					break
+				}
+			}
+			if !blockedByPolicy(fmt.Sprint(err, body)) || (try.leak != "" && strings.Contains(body, try.leak)) {
 				t.Errorf("%s: reached (%v: %q), want the connection refused", try.what, err, firstLine(body))
 				continue
 			}
-			t.Logf("escape %s: refused (%v)", try.what, err)
+			t.Logf("escape %s: refused (%s)", try.what, firstLine(body))
 		}
 
+		// The policy is what refused them: without it the first one reaches
+		// the host DNS (a TLS error is an answer: the API server dials the
+		// "kubelet" with TLS whatever the scheme asked), then the policies
+		// are put back and it is refused again.
+		crc := clusterClient(t)
+		setNetworkPolicy(t, crc, v, false)
+		restored := false
+		defer func() {
+			if !restored {
+				setNetworkPolicy(t, crc, v, true)
+			}
+		}()
+		eventually(t, 2*time.Minute, "the host DNS reached through a fake Node with the policies off", func(ctx context.Context) (bool, error) {
+			body, err := proxy.get(ctx, "/api/v1/nodes/http:fake-dns:8080/proxy/health")
+			if answer := fmt.Sprint(err, body); blockedByPolicy(answer) {
+				return false, errors.New(answer)
+			}
+			t.Logf("without the policies the fake Node reaches the host DNS: %v %q", err, firstLine(body))
+			return true, nil
+		})
+		setNetworkPolicy(t, crc, v, true)
+		restored = true
+		eventually(t, 2*time.Minute, "the fake Node refused again with the policies back", func(ctx context.Context) (bool, error) {
+			body, err := proxy.get(ctx, "/api/v1/nodes/http:fake-dns:8080/proxy/health")
+			if answer := fmt.Sprint(err, body); !blockedByPolicy(answer) {
+				return false, errors.New(answer)
+			}
+			return true, nil
+		})
+
 		msg := webhookCallTo(t, v, "https://"+coredns+":8080/health")
-		if !blockedByPolicy(errors.New(msg)) {
+		if !blockedByPolicy(msg) {
 			t.Errorf("a webhook aimed at the host DNS: %q, want the connection refused", msg)
 		} else {
 			t.Logf("escape a webhook URL at the host DNS: refused (%s)", msg)
@@ -226,10 +275,6 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, err := url.Parse(restConfig(t, v.kubeconfig).Host)
-		if err != nil {
-			t.Fatal(err)
-		}
 		p := prober{rc: rc, ns: ns, pod: "probe"}
 		// Control: the virtual API, through the address the pod is given.
 		apiSvc, err := host.CoreV1().Services(v.namespace).Get(context.Background(), v.service(), metav1.GetOptions{})
@@ -237,15 +282,32 @@ func TestTenantIsolationDefaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.expect(t, probe{what: "its own virtual API (control)", ip: apiSvc.Spec.ClusterIP, port: 443, path: "/"}, true)
-		nodePort, err := strconv.Atoi(u.Port())
-		if err != nil {
-			t.Fatalf("the kubeconfig's server %s has no node port", u.Host)
-		}
+		// A node port of the host's: the host DNS's health behind a NodePort
+		// Service the test makes (the test itself reaches it, as the control).
+		// The cluster's own API node port is left out: a pod reaches its own
+		// API server whatever the address, which the policy allows.
+		nodePort := hostNodePort(t, "kube-system", "k8s-app=kube-dns", 8080)
+		eventually(t, time.Minute, "the host DNS's health on node port "+strconv.Itoa(int(nodePort))+" from the node (control)", func(ctx context.Context) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/health", cfg.nodeIP, nodePort), nil)
+			if err != nil {
+				return false, err
+			}
+			resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+			if err != nil {
+				return false, err
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+			if strings.TrimSpace(string(body)) != "OK" {
+				return false, fmt.Errorf("%s: %q", resp.Status, body)
+			}
+			return true, nil
+		})
 		for _, pr := range []probe{
 			{what: "the host API on the node", ip: cfg.nodeIP, port: 6443, path: "/"},
 			{what: "the host kubelet", ip: cfg.nodeIP, port: 10250, path: "/"},
 			{what: "the host etcd", ip: cfg.nodeIP, port: 2479, path: "/"},
-			{what: "its own cluster's node port", ip: cfg.nodeIP, port: nodePort, path: "/"},
+			{what: "a node port of the host's", ip: cfg.nodeIP, port: int(nodePort), path: "/health"},
 			{what: "the host API's ClusterIP", ip: api.Spec.ClusterIP, port: 443, path: "/"},
 		} {
 			p.expect(t, pr, false)
@@ -405,30 +467,59 @@ func hostPodIP(t *testing.T, ns, selector string) string {
 	return ""
 }
 
+// hostNodePort makes a NodePort Service in host namespace ns selecting
+// selector's pods on port, deleted with the test, and returns its node port.
+func hostNodePort(t *testing.T, ns, selector string, port int32) int32 {
+	t.Helper()
+	sel := map[string]string{}
+	for _, kv := range strings.Split(selector, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		sel[k] = v
+	}
+	svc, err := host.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-nodeport-"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: sel,
+			Ports: []corev1.ServicePort{{Port: port, TargetPort: intstr.FromInt32(port)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("host NodePort Service in %s: %v", ns, err)
+	}
+	t.Cleanup(func() {
+		if err := host.CoreV1().Services(ns).Delete(context.Background(), svc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Logf("deleting Service %s/%s: %v", ns, svc.Name, err)
+		}
+	})
+	return svc.Spec.Ports[0].NodePort
+}
+
 // fakeNode registers a Node the tenant made up, whose address is ip and whose
 // kubelet port is port.
 func fakeNode(t *testing.T, v *vcluster, name, ip string, port int32) {
 	t.Helper()
 	if err := retry(func(ctx context.Context) error {
-		n, err := v.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			n, err = v.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		}
-		if err != nil {
+		_, err := v.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-		n.Status.DaemonEndpoints.KubeletEndpoint.Port = port
-		_, err = v.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
+		// The virtual controllers write new Nodes too (CIDRs, taints).
+		return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+			n, err := v.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+			n.Status.DaemonEndpoints.KubeletEndpoint.Port = port
+			_, err = v.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
 	}); err != nil {
 		t.Fatalf("fake node %s: %v", name, err)
 	}
 }
 
 // handWrittenEndpoints makes a selector-less Service whose Endpoints and
-// EndpointSlice point at ip:port.
-func handWrittenEndpoints(t *testing.T, v *vcluster, ns, name, ip string, port int32) {
+// EndpointSlice point at ip:port, naming pod as the address's target.
+func handWrittenEndpoints(t *testing.T, v *vcluster, ns, name, ip string, port int32, pod string) {
 	t.Helper()
 	if err := retry(func(ctx context.Context) error {
 		_, err := v.client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -440,7 +531,7 @@ func handWrittenEndpoints(t *testing.T, v *vcluster, ns, name, ip string, port i
 		}
 		// v1 Endpoints, which the API server's Service proxy reads, written
 		// as the JSON a tenant would send (the Go types are deprecated).
-		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":%q},"subsets":[{"addresses":[{"ip":%q}],"ports":[{"name":"http","port":%d}]}]}`, name, ip, port)
+		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":%q},"subsets":[{"addresses":[{"ip":%q,"targetRef":{"kind":"Pod","namespace":%q,"name":%q}}],"ports":[{"name":"http","port":%d}]}]}`, name, ip, ns, pod, port)
 		err = v.client.CoreV1().RESTClient().Post().Namespace(ns).Resource("endpoints").Body([]byte(body)).Do(ctx).Error()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -448,7 +539,7 @@ func handWrittenEndpoints(t *testing.T, v *vcluster, ns, name, ip string, port i
 		_, err = v.client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Name: name + "-manual", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 			AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod}}},
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port)}},
 		}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
@@ -519,15 +610,13 @@ func webhookCallTo(t *testing.T, v *vcluster, target string) string {
 	return msg
 }
 
-// blockedByPolicy says whether err is the virtual API server failing to
-// connect (the enforcer rejects with "connection refused", or drops: a
-// timeout), as opposed to an answer from the target.
-func blockedByPolicy(err error) bool {
-	if err == nil {
-		return false
-	}
-	for _, s := range []string{"connection refused", "i/o timeout", "no route to host", "context deadline exceeded", "dial tcp"} {
-		if strings.Contains(err.Error(), s) {
+// blockedByPolicy says whether what the virtual API server answered (its
+// error and body) is its failing to connect: the enforcer rejects
+// ("connection refused") or drops (a timeout). An answer from the target
+// itself says none of these.
+func blockedByPolicy(answer string) bool {
+	for _, s := range []string{"connection refused", "i/o timeout", "no route to host", "context deadline exceeded"} {
+		if strings.Contains(answer, s) {
 			return true
 		}
 	}
