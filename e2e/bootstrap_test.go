@@ -49,7 +49,10 @@ const (
 // dead holder from a live one, so k3s's own 25s remain (docs/architecture.md).
 func TestBootstrapLockAfterDeletionDuringFirstStart(t *testing.T) {
 	t.Parallel()
-	const wantHits, maxAttempts, inPlaceRounds = 5, 8, 3
+	// Three hits, two in place: the assertions are per round (every
+	// replacement recovers, none waits for the lock); more rounds only
+	// sharpened the reported timings, at a cluster's first start each.
+	const wantHits, maxAttempts, inPlaceRounds = 3, 6, 2
 	var hit, missed, inPlace []time.Duration
 	var last *vcluster
 	keep := func(v *vcluster) {

@@ -38,7 +38,8 @@ import (
 //	                    cluster's TLS SANs and kubeconfig
 //	E2E_CTR             command prefix for containerd's ctr, used to kill single containers;
 //	                    default "ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
-//	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 5)
+//	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 3;
+//	                    more for a measurement)
 type config struct {
 	hostKubeconfig string // a copy of KUBECONFIG whose server is E2E_HOST_SERVER
 	k3kcli         string
@@ -135,7 +136,7 @@ func setup(m *testing.M) (int, error) {
 		ctr = "ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
 	}
 	cfg.ctr = strings.Fields(ctr)
-	cfg.rounds = 5
+	cfg.rounds = 3
 	if r := os.Getenv("E2E_RECOVERY_ROUNDS"); r != "" {
 		if _, err := fmt.Sscan(r, &cfg.rounds); err != nil || cfg.rounds < 1 {
 			return 0, fmt.Errorf("E2E_RECOVERY_ROUNDS=%q is not a positive number", r)
