@@ -334,6 +334,63 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		t.Logf("escape extended-resource: refused (%s: %s)", p.Status.Reason, p.Status.Message)
 	})
 
+	t.Run("an image whose registry is an address of the node is refused", func(t *testing.T) {
+		ctx := context.Background()
+		// Pulled, it would make the node's containerd connect to its own
+		// kubelet port and tell the tenant what answered.
+		probeImage := fmt.Sprintf("%s:10250/probe:1", hostProbe.Status.HostIP)
+		createVirtualPod(t, v, hostilePod(ns, "puller", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = probeImage
+			p.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+		}))
+		waitPodPhase(t, v, ns, "puller", corev1.PodFailed)
+		p, err := v.client.CoreV1().Pods(ns).Get(ctx, "puller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Reason != "UnsupportedPod" || !strings.Contains(p.Status.Message, "names its registry by address") {
+			t.Errorf("reason %q message %q, want UnsupportedPod naming the registry address", p.Status.Reason, p.Status.Message)
+		}
+		if _, ok := findHostCopy(ctx, v, "pods", ns, "puller"); ok {
+			t.Errorf("a host pod was made for it")
+		}
+		t.Logf("escape registry-address: refused (%s: %s)", p.Status.Reason, p.Status.Message)
+
+		// The same image as an update of a running pod: the host pod keeps
+		// what it runs and the tenant gets a Warning Event.
+		eventually(t, time.Minute, "the probe pod's image updated in the virtual cluster", func(ctx context.Context) (bool, error) {
+			vp, err := v.client.CoreV1().Pods(ns).Get(ctx, "probe", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			vp.Spec.Containers[0].Image = "localhost:6443/probe:2"
+			_, err = v.client.CoreV1().Pods(ns).Update(ctx, vp, metav1.UpdateOptions{})
+			return err == nil, err
+		})
+		var said string
+		eventually(t, time.Minute, "a Warning Event on the probe pod about the refused image", func(ctx context.Context) (bool, error) {
+			evs, err := v.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=probe"})
+			if err != nil {
+				return false, err
+			}
+			for _, e := range evs.Items {
+				if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "image update refused") {
+					said = e.Message
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		hp, err := host.CoreV1().Pods(v.namespace).Get(ctx, hostProbe.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hp.UID != hostProbe.UID || hp.Spec.Containers[0].Image != hostProbe.Spec.Containers[0].Image {
+			t.Errorf("host pod %s (uid %s) runs %q, want the same pod with %q", hp.Name, hp.UID, hp.Spec.Containers[0].Image, hostProbe.Spec.Containers[0].Image)
+		}
+		t.Logf("escape registry-address-update: refused (%s)", said)
+	})
+
 	// A pod that ignores SIGTERM, asks for a year of grace and sleeps in its
 	// preStop hook: the host pod must be gone within the Cluster's cap.
 	stubborn := func(name string) *corev1.Pod {

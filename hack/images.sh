@@ -92,7 +92,7 @@ cat >"$OUT/values.yaml" <<EOF
 # Written by hack/images.sh: the locally built images, never pulled.
 image: {repository: $REPO/k3k-controller, tag: "$TAG", pullPolicy: Never}
 datastore: {image: {repository: $REPO/k3k-datastore, tag: "$TAG", pullPolicy: Never}}
-sharedAgent: {image: {repository: $REPO/k3k-kubelet, tag: "$TAG", pullPolicy: Never}}
+sharedAgent: {image: {repository: $REPO/k3k-kubelet, tag: "$TAG", pullPolicy: Never}, alwaysPullImages: false}
 EOF
 # The server image only where it was built (else the chart's default stays).
 K3S_IMAGE_TAG=${K3S_IMAGE_TAG:-$(k3s_tag || true)}

@@ -49,6 +49,7 @@ type agentFlags struct {
 	seccompDefault                 bool
 	seccompProfiles                string
 	defaultRequests, defaultLimits string
+	alwaysPullImages               bool
 }
 
 // defaultWorkers is the default of --workers: see docs/architecture.md,
@@ -146,6 +147,8 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.agent.seccompProfiles, "agent-seccomp-localhost-profiles", "", "comma-separated Localhost seccomp profiles workloads may name, passed to every agent; empty: none")
 	fs.StringVar(&o.agent.defaultRequests, "agent-default-requests", "", "requests of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (cpu=10m,memory=32Mi)")
 	fs.StringVar(&o.agent.defaultLimits, "agent-default-limits", "", "limits of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (memory=512Mi)")
+	fs.BoolVar(&o.agent.alwaysPullImages, "agent-always-pull-images", true, "agents give every workload container the pull policy Always, so a node checks the pod's own credentials before running a cached image; false passes --always-pull-images=false to every agent (hosts whose images are loaded into the nodes)")
+	fs.BoolVar(&o.cfg.Agent.AllowRegistryAddresses, "agent-allow-registry-addresses", false, "let workload images name their registry by IP, localhost or a one-label name (passes --allow-registry-addresses to every agent); refused by default")
 	fs.StringVar(&o.cfg.Agent.HostClusterDomain, "host-cluster-domain", cluster.DefaultHostClusterDomain, "the host cluster's DNS domain; passed to agents when not "+cluster.DefaultHostClusterDomain)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -228,6 +231,7 @@ var hostDomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([
 // apply parses the agent flags into d.
 func (f agentFlags) apply(d *cluster.AgentDefaults) error {
 	d.DisableSeccompDefault = !f.seccompDefault
+	d.DisableAlwaysPullImages = !f.alwaysPullImages
 	d.SeccompLocalhostProfiles = splitList(f.seccompProfiles)
 	for _, l := range []struct {
 		flag, value string

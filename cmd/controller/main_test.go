@@ -71,7 +71,8 @@ func TestParseFlags(t *testing.T) {
 			name: "agents get their built-in defaults unless the chart says otherwise",
 			check: func(t *testing.T, o *options) {
 				a := o.cfg.Agent
-				if a.DisableSeccompDefault || len(a.SeccompLocalhostProfiles) != 0 || len(a.DefaultRequests) != 0 || len(a.DefaultLimits) != 0 || a.HostClusterDomain != "cluster.local" {
+				if a.DisableSeccompDefault || len(a.SeccompLocalhostProfiles) != 0 || len(a.DefaultRequests) != 0 || len(a.DefaultLimits) != 0 || a.HostClusterDomain != "cluster.local" ||
+					a.DisableAlwaysPullImages || a.AllowRegistryAddresses {
 					t.Fatalf("agent defaults %+v", a)
 				}
 			},
@@ -79,11 +80,12 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "agent defaults reach the config",
 			args: []string{"--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/a.json, b.json", "--agent-default-requests=cpu=50m,memory=64Mi",
-				"--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal"},
+				"--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal", "--agent-always-pull-images=false", "--agent-allow-registry-addresses"},
 			check: func(t *testing.T, o *options) {
 				a := o.cfg.Agent
 				if !a.DisableSeccompDefault || a.DefaultRequests.Cpu().String() != "50m" || a.DefaultRequests.Memory().String() != "64Mi" ||
-					a.DefaultLimits.Memory().String() != "1Gi" || len(a.DefaultLimits) != 1 || a.HostClusterDomain != "corp.internal" {
+					a.DefaultLimits.Memory().String() != "1Gi" || len(a.DefaultLimits) != 1 || a.HostClusterDomain != "corp.internal" ||
+					!a.DisableAlwaysPullImages || !a.AllowRegistryAddresses {
 					t.Fatalf("agent defaults %+v", a)
 				}
 				if diff := cmp.Diff([]string{"profiles/a.json", "b.json"}, a.SeccompLocalhostProfiles); diff != "" {

@@ -64,6 +64,8 @@ type options struct {
 	seccompLocalhostProfiles               []string
 	defaultRequests, defaultLimits         string
 	maxTerminationGracePeriodSeconds       int64
+	alwaysPullImages                       bool
+	allowRegistryAddresses                 bool
 }
 
 func main() {
@@ -125,6 +127,8 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.StringSliceVar(&o.seccompLocalhostProfiles, "seccomp-localhost-profiles", nil, "localhostProfile values a Localhost seccomp profile may name; pods naming any other are refused (none by default)")
 	f.StringVar(&o.defaultRequests, "default-requests", "cpu=10m,memory=32Mi", "name=quantity requests given to containers that request none of a resource (and do not limit it); cpu, memory and ephemeral-storage; empty for none")
 	f.StringVar(&o.defaultLimits, "default-limits", "memory=512Mi", "name=quantity limits given to containers that set no limit of a resource; cpu, memory and ephemeral-storage; empty for none")
+	f.BoolVar(&o.alwaysPullImages, "always-pull-images", true, "give every host container and image volume the pull policy Always, so the node checks the pod's own pull credentials before running an image it has cached (off only where images are loaded into the nodes, never pulled)")
+	f.BoolVar(&o.allowRegistryAddresses, "allow-registry-addresses", false, "let images name their registry by address (an IP, localhost, a one-label name); refused by default, since the node connects there to pull")
 	f.Int64Var(&o.maxTerminationGracePeriodSeconds, "max-termination-grace-period-seconds", translate.DefaultMaxTerminationGracePeriodSeconds, "cap on a host pod's terminationGracePeriodSeconds and on every host pod deletion's grace period; at least 1")
 }
 
@@ -176,6 +180,8 @@ func agentConfig(o options) (agent.Config, error) {
 			DefaultRequests:                  defaultRequests,
 			DefaultLimits:                    defaultLimits,
 			MaxTerminationGracePeriodSeconds: o.maxTerminationGracePeriodSeconds,
+			AlwaysPullImages:                 o.alwaysPullImages,
+			AllowRegistryAddresses:           o.allowRegistryAddresses,
 		},
 		Node: node.Config{
 			Name:        o.nodeName,
@@ -280,7 +286,8 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	}
 	logr.FromContextOrDiscard(ctx).Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace,
 		"node", cfg.Translate.NodeName, "podSecurityLevel", cfg.Translate.PodSecurityLevel,
-		"seccompDefault", !cfg.Translate.DisableSeccompDefault, "maxTerminationGracePeriodSeconds", cfg.Translate.MaxTerminationGracePeriodSeconds)
+		"seccompDefault", !cfg.Translate.DisableSeccompDefault, "maxTerminationGracePeriodSeconds", cfg.Translate.MaxTerminationGracePeriodSeconds,
+		"alwaysPullImages", cfg.Translate.AlwaysPullImages, "allowRegistryAddresses", cfg.Translate.AllowRegistryAddresses)
 	return a.Run(ctx, virtual)
 }
 

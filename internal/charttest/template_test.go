@@ -71,7 +71,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
 				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",
-				"--host-cluster-domain=cluster.local",
+				"--host-cluster-domain=cluster.local", "--agent-always-pull-images=true", "--agent-allow-registry-addresses=false",
 				"--zap-log-level=info")
 			hostAPIRole(t, objs)
 			if len(c.Env) != 0 {
@@ -135,7 +135,8 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		values: "agent.yaml",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json",
-				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal")
+				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal",
+				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true")
 		},
 	}, {
 		values: "defaults.yaml",

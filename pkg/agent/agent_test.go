@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -545,6 +546,62 @@ func TestAgentFollowsImageChangeAndRecreation(t *testing.T) {
 		}
 		return err
 	})
+
+	// An image whose registry is an address is not carried over: the host pod
+	// keeps what it runs, and one Warning Event says why.
+	eventually(t, "image change to a registry address in the virtual cluster", func() error {
+		p, err := virtAdmin.CoreV1().Pods(ns).Get(c, "db-0", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Spec.Containers[0].Image = "127.0.0.1:10250/probe"
+		_, err = virtAdmin.CoreV1().Pods(ns).Update(c, p, metav1.UpdateOptions{})
+		return err
+	})
+	refusals := func() (int, error) {
+		evs, err := virtAdmin.CoreV1().Events(ns).List(c, metav1.ListOptions{FieldSelector: "involvedObject.name=db-0"})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `image "127.0.0.1:10250/probe" names its registry by address`) {
+				n++
+			}
+		}
+		return n, nil
+	}
+	eventually(t, "a Warning Event about the refused image", func() error {
+		n, err := refusals()
+		if err == nil && n == 0 {
+			err = errors.New("none yet")
+		}
+		return err
+	})
+	// Reconciled again (a label change, the resync), the refusal is not said again.
+	if err := wait.PollUntilContextTimeout(c, 500*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		p, err := virtAdmin.CoreV1().Pods(ns).Get(c, "db-0", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		p.Labels["touched"] = "yes"
+		_, err = virtAdmin.CoreV1().Pods(ns).Update(c, p, metav1.UpdateOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // the label change's reconcile and a resync (3 s in this suite)
+	if n, err := refusals(); err != nil || n != 1 {
+		t.Errorf("%d refusal Events (%v), want exactly 1", n, err)
+	}
+	if p, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hp.Name, metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if p.Spec.Containers[0].Image != "busybox:2" {
+		t.Errorf("host pod image after a refused change: %q, want busybox:2", p.Spec.Containers[0].Image)
+	}
 
 	// The pod is replaced under the same name (as a StatefulSet does): the new
 	// incarnation gets a new host pod under the same host name.

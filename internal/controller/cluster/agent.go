@@ -204,6 +204,12 @@ func agentDefaultsArgs(d AgentDefaults) []string {
 	if len(d.DefaultLimits) > 0 {
 		args = append(args, "--default-limits="+resourceListFlag(d.DefaultLimits))
 	}
+	if d.DisableAlwaysPullImages {
+		args = append(args, "--always-pull-images=false")
+	}
+	if d.AllowRegistryAddresses {
+		args = append(args, "--allow-registry-addresses")
+	}
 	if d.HostClusterDomain != "" && d.HostClusterDomain != DefaultHostClusterDomain {
 		args = append(args, "--host-cluster-domain="+d.HostClusterDomain)
 	}

@@ -258,6 +258,8 @@ func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
 			DefaultRequests: corev1.ResourceList{"memory": resource.MustParse("64Mi"), "cpu": resource.MustParse("0.05"), "cpu-x": resource.MustParse("1")},
 			DefaultLimits:   corev1.ResourceList{"memory": resource.MustParse("1Gi")},
 		}, want: []string{"--default-requests=cpu=50m,cpu-x=1,memory=64Mi", "--default-limits=memory=1Gi"}},
+		{name: "images pulled as the tenant says", agent: AgentDefaults{DisableAlwaysPullImages: true}, want: []string{"--always-pull-images=false"}},
+		{name: "registries by address", agent: AgentDefaults{AllowRegistryAddresses: true}, want: []string{"--allow-registry-addresses"}},
 		{name: "another host cluster domain", agent: AgentDefaults{HostClusterDomain: "corp.internal"}, want: []string{"--host-cluster-domain=corp.internal"}},
 		{name: "everything", cluster: func(c *v1beta1.Cluster) { c.Spec.MaxTerminationGracePeriodSeconds = ptr.To(int64(3600)) },
 			agent: AgentDefaults{DisableSeccompDefault: true, SeccompLocalhostProfiles: []string{"a"}, DefaultLimits: corev1.ResourceList{"cpu": resource.MustParse("2")}, HostClusterDomain: "x.local"},

@@ -85,6 +85,14 @@ type AgentDefaults struct {
 	// only when it is another, and used to resolve a one-label external
 	// datastore host the way a server pod's resolver would.
 	HostClusterDomain string
+	// DisableAlwaysPullImages passes --always-pull-images=false: host
+	// containers keep the tenant's pull policy, and a tenant can run an
+	// image another tenant's credentials brought into a node's cache. For
+	// hosts whose images are loaded into the nodes, never pulled.
+	DisableAlwaysPullImages bool
+	// AllowRegistryAddresses passes --allow-registry-addresses: images may
+	// name their registry by IP, localhost or a one-label name.
+	AllowRegistryAddresses bool
 }
 
 // hostClusterDomain is d.HostClusterDomain or the default.

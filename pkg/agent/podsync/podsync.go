@@ -61,6 +61,11 @@ type Syncer struct {
 	// cannot both fill the last place on the node.
 	admitMu  sync.Mutex
 	admitted map[string]types.UID // virtual pod key → UID admitted, until its host pod is in the cache
+
+	// imageRefusals holds the virtual pod version (UID/resourceVersion) whose
+	// refused image update was last reported, by pod key, so that a refusal
+	// is said once, not on every reconcile.
+	imageRefusals sync.Map
 }
 
 type written struct {

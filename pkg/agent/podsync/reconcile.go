@@ -309,6 +309,15 @@ func (r *run) patchImages(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	if len(diff) == 0 || hpod.DeletionTimestamp != nil {
 		return nil
 	}
+	if reasons := r.tr.ImageProblems(diff); len(reasons) > 0 {
+		// The host pod keeps the images it runs; the tenant is told once per
+		// version of the virtual pod that asked for the change.
+		if r.imageRefusalSaid(vpod) {
+			return nil
+		}
+		r.event(ctx, vpod, translate.ReasonUnsupported, "image update refused by the shared-mode agent: "+strings.Join(reasons, "; "))
+		return nil
+	}
 	p := hpod.DeepCopy()
 	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range list {
@@ -321,6 +330,19 @@ func (r *run) patchImages(ctx context.Context, vpod, hpod *corev1.Pod) error {
 		return fmt.Errorf("updating host pod images: %w", err)
 	}
 	return nil
+}
+
+// imageRefusalSaid reports whether the refusal of vpod's image update was
+// already reported for this version of vpod's spec, and records that it now is.
+func (r *run) imageRefusalSaid(vpod *corev1.Pod) bool {
+	// The generation counts spec changes only (the agent's own status
+	// writes change the resourceVersion); servers before 1.33 leave it 0.
+	version := fmt.Sprintf("%s/g%d", vpod.UID, vpod.Generation)
+	if vpod.Generation == 0 {
+		version = string(vpod.UID) + "/" + vpod.ResourceVersion
+	}
+	prev, loaded := r.imageRefusals.Swap(vpod.Namespace+"/"+vpod.Name, version)
+	return loaded && prev == version
 }
 
 // syncCopies writes the host copies of the ConfigMaps and Secrets vpod uses,

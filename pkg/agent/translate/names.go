@@ -115,6 +115,15 @@ type Config struct {
 	// DefaultMaxTerminationGracePeriodSeconds, so no Config is without a
 	// cap; negative is refused.
 	MaxTerminationGracePeriodSeconds int64
+	// AlwaysPullImages gives every host container and image volume the pull
+	// policy Always (images.go): without it a tenant runs whatever private
+	// image the node has cached, pulled with another tenant's credentials.
+	// Off in a host whose images are only ever loaded into the nodes.
+	AlwaysPullImages bool
+	// AllowRegistryAddresses lets images name their registry by address (an
+	// IP, localhost, a one-label name), which are refused by default: the
+	// node would connect there to pull (images.go).
+	AllowRegistryAddresses bool
 }
 
 // DefaultMaxTerminationGracePeriodSeconds is the grace period cap of a

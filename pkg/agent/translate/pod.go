@@ -35,6 +35,7 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	reasons = append(reasons, t.seccompLocalhost(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.pss.Check(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.procMount(&vpod.Spec)...)
+	reasons = append(reasons, t.imageProblems(&vpod.Spec)...)
 	if len(reasons) > 0 {
 		return nil, &UnsupportedError{Reasons: reasons}
 	}
@@ -86,6 +87,7 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	t.defaultResources(&spec)
 	sizeMemoryVolumes(&spec)
 	t.capGracePeriods(&spec)
+	t.alwaysPull(&spec)
 
 	for i := range spec.ImagePullSecrets {
 		spec.ImagePullSecrets[i].Name = rename(KindSecret, spec.ImagePullSecrets[i].Name)

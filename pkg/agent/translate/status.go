@@ -44,6 +44,8 @@ func VirtualStatus(vpod, host *corev1.Pod) corev1.PodStatus {
 		// a BestEffort pod Burstable there).
 		QOSClass: vpod.Status.QOSClass,
 	}
+	scrubPullMessages(s.InitContainerStatuses)
+	scrubPullMessages(s.ContainerStatuses)
 	if s.Phase == "" {
 		s.Phase = corev1.PodPending
 	}

@@ -1,0 +1,150 @@
+package translate
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// A tenant's image is pulled by the host node's containerd: from the node's
+// network, with the node's cache and credentials. Two defaults follow from
+// that (Config.AllowRegistryAddresses, Config.AlwaysPullImages).
+
+// imageProblems lists the images of a pod (containers of every kind and image
+// volumes) whose registry is given as an address the node resolves to
+// itself or its own network rather than to a registry: an IP literal,
+// localhost (and *.localhost), or a name of one label (/etc/hosts and the
+// node's search domains: the node's own name among them). Pulling
+// "127.0.0.1:10250/x" makes containerd connect to that port of the node, and
+// its error, copied to the pod's status, tells the tenant what answered: a
+// port scanner of the host's network. Unless Config.AllowRegistryAddresses.
+//
+// A DNS name that resolves to such an address is not caught here (the name
+// is resolved by the node, later); the node's registry configuration
+// (containerd's hosts.toml, a mirror) is the place to pin registries.
+func (t *Translator) imageProblems(spec *corev1.PodSpec) []string {
+	if t.cfg.AllowRegistryAddresses {
+		return nil
+	}
+	var r []string
+	check := func(where, image string) {
+		if host, ok := registryAddress(image); ok {
+			r = append(r, fmt.Sprintf("%s: image %q names its registry by address (%s): pulling it would make the host node connect there (registries must be DNS names of more than one label)", where, image, host))
+		}
+	}
+	forEachContainer(spec, func(c *corev1.Container) { check(fmt.Sprintf("container %q", c.Name), c.Image) })
+	for i := range spec.EphemeralContainers {
+		c := &spec.EphemeralContainers[i]
+		check(fmt.Sprintf("ephemeral container %q", c.Name), c.Image)
+	}
+	for _, v := range spec.Volumes {
+		if v.Image != nil {
+			check(fmt.Sprintf("volume %q", v.Name), v.Image.Reference)
+		}
+	}
+	return r
+}
+
+// ImageProblems is imageProblems for the images a running pod's update
+// names (name → image, as ImagePatch returns them).
+func (t *Translator) ImageProblems(images map[string]string) []string {
+	names := make([]string, 0, len(images))
+	for name := range images {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	spec := &corev1.PodSpec{}
+	for _, name := range names {
+		spec.Containers = append(spec.Containers, corev1.Container{Name: name, Image: images[name]})
+	}
+	return t.imageProblems(spec)
+}
+
+// registryAddress returns the registry host of image and true when it is an
+// address rather than a registry's DNS name (imageProblems). The registry is
+// the reference's first path component when it has a dot or a port or is
+// localhost, as Docker and containerd read references; otherwise the image
+// is on Docker Hub.
+func registryAddress(image string) (string, bool) {
+	first, _, found := strings.Cut(image, "/")
+	if !found {
+		return "", false
+	}
+	lower := strings.ToLower(first)
+	if !strings.ContainsAny(lower, ".:") && lower != "localhost" {
+		return "", false
+	}
+	host := lower
+	if strings.HasPrefix(host, "[") {
+		if end := strings.Index(host, "]"); end > 0 {
+			host = host[1:end]
+		}
+	} else if h, _, ok := strings.Cut(host, ":"); ok {
+		host = h
+	}
+	host = strings.TrimSuffix(host, ".")
+	switch {
+	case net.ParseIP(host) != nil,
+		host == "localhost", strings.HasSuffix(host, ".localhost"),
+		!strings.Contains(host, "."):
+		return first, true
+	}
+	return "", false
+}
+
+// alwaysPull gives every container and image volume of the host pod the
+// pull policy Always when Config.AlwaysPullImages: the node then asks the
+// registry, with the pod's own pull Secrets, before it runs an image, so a
+// tenant cannot run a private image another tenant's credentials brought
+// into the node's cache by naming it with IfNotPresent or Never (what the
+// AlwaysPullImages admission plugin does for a whole cluster).
+func (t *Translator) alwaysPull(spec *corev1.PodSpec) {
+	if !t.cfg.AlwaysPullImages {
+		return
+	}
+	forEachContainer(spec, func(c *corev1.Container) { c.ImagePullPolicy = corev1.PullAlways })
+	for i := range spec.Volumes {
+		if v := spec.Volumes[i].Image; v != nil {
+			v.PullPolicy = corev1.PullAlways
+		}
+	}
+}
+
+// pullFailureReasons are the waiting reasons of a container whose image the
+// node failed to pull; their messages carry the node's error as it was.
+var pullFailureReasons = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "RegistryUnavailable": true, "ErrImageInspect": true,
+}
+
+// scrubPullMessages replaces the message of every container waiting on a
+// failed pull with what kind of failure it was. The node's own message names
+// the addresses it dialled and what answered ("dial tcp 10.0.0.1:5000:
+// connect: connection refused", a TLS error, an HTTP status): a tenant who
+// names a registry would read the host's network through it. The reason
+// stays, and so does the image.
+func scrubPullMessages(statuses []corev1.ContainerStatus) {
+	for i := range statuses {
+		w := statuses[i].State.Waiting
+		if w == nil || !pullFailureReasons[w.Reason] || w.Message == "" {
+			continue
+		}
+		w.Message = fmt.Sprintf("pulling image %q failed: %s (the host node's message is not shown)", statuses[i].Image, pullFailureKind(w.Message))
+	}
+}
+
+// pullFailureKind sorts a node's pull error into what a tenant may know.
+func pullFailureKind(msg string) string {
+	m := strings.ToLower(msg)
+	switch {
+	case strings.Contains(m, "not found") || strings.Contains(m, "manifest unknown"):
+		return "not found"
+	case strings.Contains(m, "unauthorized") || strings.Contains(m, "denied") ||
+		strings.Contains(m, "authorization") || strings.Contains(m, "forbidden"):
+		return "access denied (check the pod's imagePullSecrets)"
+	default:
+		return "the registry could not be reached or refused the request"
+	}
+}
