@@ -191,10 +191,22 @@ func TestNoSpaceIsReportedAndTheDocumentedRecoveryWorks(t *testing.T) {
 		t.Fatalf("healthy condition %+v with an alarm raised", conds[0])
 	}
 
+	// Whether the history must be compacted depends on how the filled file
+	// is laid out: a member whose live data (in use) is below the disarm
+	// level gets there by defragmentation alone, and in one run of CI all
+	// three did (2.6 of 4 MiB in use). Compaction is wanted when a member's
+	// live data was above it; the planner's choice itself is in plan_test.go.
+	needCompact := false
+	for _, s := range o.Statuses {
+		if s.Reachable && s.DBSizeQuota > 0 && s.DBSizeInUse*100 >= s.DBSizeQuota*80 {
+			needCompact = true
+		}
+	}
 	actions := c.converge(d)
 	n := countChanges(actions)
-	if n[etcd.ActionCompact] < 1 || n[etcd.ActionDefragment] < 1 || n[etcd.ActionDisarmAlarm] < 1 {
-		t.Fatalf("recovery actions %v, want a compaction, defragmentation of the fragmented members, a disarm", n)
+	t.Logf("recovery actions %v (a member's live data above 80%% of the quota: %v)", n, needCompact)
+	if (needCompact && n[etcd.ActionCompact] < 1) || n[etcd.ActionDefragment] < 1 || n[etcd.ActionDisarmAlarm] < 1 {
+		t.Fatalf("recovery actions %v, want defragmentation of the fragmented members, a disarm, and a compaction if live data was above 80%% (%v)", n, needCompact)
 	}
 	for _, a := range actions {
 		if a.Changes() {
