@@ -31,7 +31,7 @@ const (
 // dies holding its bootstrap lock on its very first start (before it stored
 // its CAs, so before it was ever ready) and its server pod is deleted; the
 // replacement pod's recovery is timed against normal restarts (a deleted pod
-// that had been Ready), 5 rounds each.
+// that had been Ready).
 //
 // k3s holds the lock for about a second (from "Bootstrap key locked for
 // initial create" to "Saving cluster bootstrap data"), less than a pod
@@ -49,10 +49,13 @@ const (
 // dead holder from a live one, so k3s's own 25s remain (docs/architecture.md).
 func TestBootstrapLockAfterDeletionDuringFirstStart(t *testing.T) {
 	t.Parallel()
-	// Three hits, two in place: the assertions are per round (every
+	// Two hits, two in place: the assertions are per round (every
 	// replacement recovers, none waits for the lock); more rounds only
-	// sharpened the reported timings, at a cluster's first start each.
-	const wantHits, maxAttempts, inPlaceRounds = 3, 6, 2
+	// sharpened the reported timings, at a cluster's first start each. Under
+	// the full suite's load a kill comes in time in about a third of the
+	// tries (0 of 6 in one CI run, 2 of 6 with the throttle below in the
+	// next), so up to 10 tries keep a run that reproduces nothing rare.
+	const wantHits, maxAttempts, inPlaceRounds = 2, 10, 2
 	var hit, missed, inPlace []time.Duration
 	var last *vcluster
 	keep := func(v *vcluster) {
