@@ -43,41 +43,34 @@ func serverContainerPIDs(t *testing.T, v *vcluster, container string) []int {
 	return nil
 }
 
-// containerCgroup finds the container's cgroup directory below the pod's in
-// the hierarchy mounted at root (cgroup v1 with the cgroupfs driver:
-// …/kubepods/<qos>/pod<uid>/<id>; v2 and systemd names contain the same
-// strings), or "" when there is none.
-func containerCgroup(root, podUID, containerID string) string {
-	if _, err := os.Stat(root); err != nil {
-		return ""
-	}
-	uidForms := []string{podUID, strings.ReplaceAll(podUID, "-", "_")}
-	var dir string
-	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() || !strings.Contains(d.Name(), containerID) {
-			return nil
-		}
-		parent := filepath.Base(filepath.Dir(path))
-		for _, u := range uidForms {
-			if strings.Contains(parent, u) {
-				dir = path
-				return fs.SkipAll
-			}
-		}
-		return nil
-	})
-	return dir
-}
-
-// containerPIDs returns the PIDs in the container's cgroup.
+// containerPIDs finds the container's cgroup below the pod's (cgroup v1 with
+// the cgroupfs driver: …/kubepods/<qos>/pod<uid>/<id>; v2 and systemd names
+// contain the same strings) and returns the PIDs in it.
 func containerPIDs(t *testing.T, podUID, containerID string) []int {
 	t.Helper()
-	for _, root := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup"} {
-		dir := containerCgroup(root, podUID, containerID)
-		if dir == "" {
+	roots := []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup"}
+	uidForms := []string{podUID, strings.ReplaceAll(podUID, "-", "_")}
+	for _, root := range roots {
+		if _, err := os.Stat(root); err != nil {
 			continue
 		}
-		procs := filepath.Join(dir, "cgroup.procs")
+		var procs string
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || !strings.Contains(d.Name(), containerID) {
+				return nil
+			}
+			parent := filepath.Base(filepath.Dir(path))
+			for _, u := range uidForms {
+				if strings.Contains(parent, u) {
+					procs = filepath.Join(path, "cgroup.procs")
+					return fs.SkipAll
+				}
+			}
+			return nil
+		})
+		if procs == "" {
+			continue
+		}
 		data, err := os.ReadFile(procs)
 		if err != nil {
 			t.Logf("reading %s: %v", procs, err)
@@ -92,31 +85,6 @@ func containerPIDs(t *testing.T, podUID, containerID string) []int {
 		return pids
 	}
 	return nil
-}
-
-// throttleContainer caps the container's CPU at percent of one CPU by
-// writing its cgroup's CFS quota (v1 cpu.cfs_quota_us, v2 cpu.max) directly,
-// behind the kubelet's back: the container keeps the cap until it ends (a
-// restart gets a new cgroup). The suite uses it to widen a window in a
-// process's start that is otherwise shorter than the node's scheduling
-// latency under load.
-func throttleContainer(t *testing.T, podUID, containerID string, percent int) {
-	t.Helper()
-	const period = 100000
-	quota := period * percent / 100
-	if dir := containerCgroup("/sys/fs/cgroup/cpu", podUID, containerID); dir != "" {
-		if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.Itoa(quota)), 0); err != nil {
-			t.Fatalf("throttling container %s: %v", containerID, err)
-		}
-		return
-	}
-	if dir := containerCgroup("/sys/fs/cgroup", podUID, containerID); dir != "" {
-		if err := os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(fmt.Sprintf("%d %d", quota, period)), 0); err != nil {
-			t.Fatalf("throttling container %s: %v", containerID, err)
-		}
-		return
-	}
-	t.Fatalf("no cpu cgroup found for container %s of pod %s", containerID, podUID)
 }
 
 // pidNamespace is the PID namespace a process is in (the link's target,

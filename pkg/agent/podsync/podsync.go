@@ -62,9 +62,10 @@ type Syncer struct {
 	admitMu  sync.Mutex
 	admitted map[string]types.UID // virtual pod key → UID admitted, until its host pod is in the cache
 
-	// imageRefusals holds the virtual pod version (UID/resourceVersion) whose
-	// refused image update was last reported, by pod key, so that a refusal
-	// is said once, not on every reconcile.
+	// imageRefusals holds, by pod key, the version of the virtual pod's spec
+	// (UID and generation) whose refused image update was last reported, so
+	// that a refusal is said once, not on every reconcile; the entry goes
+	// when the pod's images are acceptable again.
 	imageRefusals sync.Map
 }
 

@@ -306,16 +306,17 @@ func (r *run) unadmit(vpod *corev1.Pod) {
 // patchImages carries image changes of the virtual pod to the host pod.
 func (r *run) patchImages(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	diff := translate.ImagePatch(vpod, hpod)
+	key := vpod.Namespace + "/" + vpod.Name
 	if len(diff) == 0 || hpod.DeletionTimestamp != nil {
+		r.imageRefusals.Delete(key)
 		return nil
 	}
-	if reasons := r.tr.ImageProblems(diff); len(reasons) > 0 {
+	if reasons := r.tr.ImageProblems(&vpod.Spec); len(reasons) > 0 {
 		// The host pod keeps the images it runs; the tenant is told once per
-		// version of the virtual pod that asked for the change.
-		if r.imageRefusalSaid(vpod) {
-			return nil
+		// version of the virtual pod's spec that asked for the change.
+		if !r.imageRefusalSaid(key, vpod) {
+			r.event(ctx, vpod, translate.ReasonUnsupported, "image update refused by the shared-mode agent: "+strings.Join(reasons, "; "))
 		}
-		r.event(ctx, vpod, translate.ReasonUnsupported, "image update refused by the shared-mode agent: "+strings.Join(reasons, "; "))
 		return nil
 	}
 	p := hpod.DeepCopy()
@@ -334,14 +335,14 @@ func (r *run) patchImages(ctx context.Context, vpod, hpod *corev1.Pod) error {
 
 // imageRefusalSaid reports whether the refusal of vpod's image update was
 // already reported for this version of vpod's spec, and records that it now is.
-func (r *run) imageRefusalSaid(vpod *corev1.Pod) bool {
+func (r *run) imageRefusalSaid(key string, vpod *corev1.Pod) bool {
 	// The generation counts spec changes only (the agent's own status
 	// writes change the resourceVersion); servers before 1.33 leave it 0.
 	version := fmt.Sprintf("%s/g%d", vpod.UID, vpod.Generation)
 	if vpod.Generation == 0 {
 		version = string(vpod.UID) + "/" + vpod.ResourceVersion
 	}
-	prev, loaded := r.imageRefusals.Swap(vpod.Namespace+"/"+vpod.Name, version)
+	prev, loaded := r.imageRefusals.Swap(key, version)
 	return loaded && prev == version
 }
 

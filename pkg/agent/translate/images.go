@@ -3,7 +3,6 @@ package translate
 import (
 	"fmt"
 	"net"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,19 +12,23 @@ import (
 // network, with the node's cache and credentials. Two defaults follow from
 // that (Config.AllowRegistryAddresses, Config.AlwaysPullImages).
 
-// imageProblems lists the images of a pod (containers of every kind and image
-// volumes) whose registry is given as an address the node resolves to
-// itself or its own network rather than to a registry: an IP literal,
-// localhost (and *.localhost), or a name of one label (/etc/hosts and the
-// node's search domains: the node's own name among them). Pulling
-// "127.0.0.1:10250/x" makes containerd connect to that port of the node, and
-// its error, copied to the pod's status, tells the tenant what answered: a
-// port scanner of the host's network. Unless Config.AllowRegistryAddresses.
+// ImageProblems lists the images of a pod (containers of every kind that
+// runs on the host, and image volumes) whose registry is given as an address
+// the node resolves to itself or its own network rather than to a registry:
+// an IP literal (in any spelling a resolver accepts), localhost (and
+// *.localhost), or a name of one label (/etc/hosts and the node's search
+// domains: the node's own name among them). Pulling "127.0.0.1:10250/x"
+// makes containerd connect to that port of the node, and its error, copied
+// to the pod's status, tells the tenant what answered: a port scanner of the
+// host's network. Unless Config.AllowRegistryAddresses. HostPod refuses such
+// a pod; the agent checks a running pod's spec again before it carries an
+// image change over (ephemeral containers are never run on the host, so
+// their images are not checked).
 //
 // A DNS name that resolves to such an address is not caught here (the name
 // is resolved by the node, later); the node's registry configuration
 // (containerd's hosts.toml, a mirror) is the place to pin registries.
-func (t *Translator) imageProblems(spec *corev1.PodSpec) []string {
+func (t *Translator) ImageProblems(spec *corev1.PodSpec) []string {
 	if t.cfg.AllowRegistryAddresses {
 		return nil
 	}
@@ -36,31 +39,12 @@ func (t *Translator) imageProblems(spec *corev1.PodSpec) []string {
 		}
 	}
 	forEachContainer(spec, func(c *corev1.Container) { check(fmt.Sprintf("container %q", c.Name), c.Image) })
-	for i := range spec.EphemeralContainers {
-		c := &spec.EphemeralContainers[i]
-		check(fmt.Sprintf("ephemeral container %q", c.Name), c.Image)
-	}
 	for _, v := range spec.Volumes {
 		if v.Image != nil {
 			check(fmt.Sprintf("volume %q", v.Name), v.Image.Reference)
 		}
 	}
 	return r
-}
-
-// ImageProblems is imageProblems for the images a running pod's update
-// names (name → image, as ImagePatch returns them).
-func (t *Translator) ImageProblems(images map[string]string) []string {
-	names := make([]string, 0, len(images))
-	for name := range images {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	spec := &corev1.PodSpec{}
-	for _, name := range names {
-		spec.Containers = append(spec.Containers, corev1.Container{Name: name, Image: images[name]})
-	}
-	return t.imageProblems(spec)
 }
 
 // registryAddress returns the registry host of image and true when it is an
@@ -86,13 +70,32 @@ func registryAddress(image string) (string, bool) {
 		host = h
 	}
 	host = strings.TrimSuffix(host, ".")
+	labels := strings.Split(host, ".")
 	switch {
 	case net.ParseIP(host) != nil,
 		host == "localhost", strings.HasSuffix(host, ".localhost"),
-		!strings.Contains(host, "."):
+		len(labels) == 1,
+		numericLabel(labels[len(labels)-1]):
 		return first, true
 	}
 	return "", false
+}
+
+// numericLabel says whether a name's last label is a number (decimal, or
+// hex as 0x…): no top-level domain is, and a C resolver reads such names as
+// IPv4 addresses in inet_aton's short and hex forms ("127.1", "0x7f.1").
+func numericLabel(l string) bool {
+	digits := strings.TrimPrefix(l, "0x")
+	if digits == "" {
+		return false
+	}
+	hex := digits != l
+	for _, c := range digits {
+		if !(c >= '0' && c <= '9') && !(hex && (c >= 'a' && c <= 'f')) {
+			return false
+		}
+	}
+	return true
 }
 
 // alwaysPull gives every container and image volume of the host pod the

@@ -33,6 +33,13 @@ func TestRegistryAddress(t *testing.T) {
 		// its search domains (its own hostname, kubernetes.default…).
 		{"node-1:10250/x", true},
 		{"kubernetes:443/x", true},
+		// Short and hex IPv4 spellings a C resolver (inet_aton) accepts; no
+		// top-level domain is a number.
+		{"127.1:10250/x", true},
+		{"10.1.1/x", true},
+		{"0x7f.1/x", true},
+		{"registry.0x7f.example.com/x", false},
+		{"cr.example.io/x", false},
 	}
 	for _, tc := range cases {
 		host, got := registryAddress(tc.image)
@@ -72,7 +79,12 @@ func TestImagesByAddressRefused(t *testing.T) {
 		t.Errorf("image %q, want it as written", host.Spec.Containers[0].Image)
 	}
 
-	update := map[string]string{"web": "registry.example.com/app:2", "side": "127.0.0.1:5000/app"}
+	// A running pod's spec after an update; ephemeral containers never run
+	// on the host, so theirs are not checked.
+	update := &corev1.PodSpec{
+		Containers:          []corev1.Container{{Name: "web", Image: "registry.example.com/app:2"}, {Name: "side", Image: "127.0.0.1:5000/app"}},
+		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "localhost/debug"}}},
+	}
 	if got := newTranslator(t).ImageProblems(update); len(got) != 1 || !strings.Contains(got[0], `container "side"`) {
 		t.Errorf("an image update by address: problems %q, want one naming container side", got)
 	}

@@ -35,7 +35,7 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	reasons = append(reasons, t.seccompLocalhost(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.pss.Check(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.procMount(&vpod.Spec)...)
-	reasons = append(reasons, t.imageProblems(&vpod.Spec)...)
+	reasons = append(reasons, t.ImageProblems(&vpod.Spec)...)
 	if len(reasons) > 0 {
 		return nil, &UnsupportedError{Reasons: reasons}
 	}
