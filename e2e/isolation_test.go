@@ -18,6 +18,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,7 +45,10 @@ func TestTenantIsolationDefaults(t *testing.T) {
 	t.Parallel()
 	v := createCluster(t, "iso")
 	const grace = 20
-	setMaxGrace(t, v, grace)
+	// One patch, one agent rollout: the grace cap, and Ingress sync with
+	// the names this tenant may claim.
+	patchClusterForAgent(t, v, fmt.Sprintf(`{"spec":{"maxTerminationGracePeriodSeconds":%d,"ingresses":{"enabled":true,"hosts":["shop.iso.example.com","*.shop.iso.example.com"]}}}`, grace),
+		"--ingress-hosts=shop.iso.example.com,*.shop.iso.example.com")
 	waitAgentNode(t, v)
 	const ns = "intruder"
 	createVirtualNamespace(t, v, ns)
@@ -391,6 +395,91 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		t.Logf("escape registry-address-update: refused (%s)", said)
 	})
 
+	t.Run("an Ingress for another tenant's hostname, or for every hostname, is refused", func(t *testing.T) {
+		ctx := context.Background()
+		createVirtualService(t, v, ns, "web", 8080)
+		prefix := networkingv1.PathTypePrefix
+		toWeb := networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 8080}}}
+		ingress := func(name string, change func(*networkingv1.IngressSpec)) {
+			t.Helper()
+			spec := networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "api.shop.iso.example.com",
+				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{Path: "/", PathType: &prefix, Backend: toWeb}}}}}}}
+			change(&spec)
+			if err := retry(func(ctx context.Context) error {
+				_, err := v.client.NetworkingV1().Ingresses(ns).Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+				if apierrors.IsAlreadyExists(err) {
+					return nil
+				}
+				return err
+			}); err != nil {
+				t.Fatalf("creating virtual Ingress %s: %v", name, err)
+			}
+		}
+		ingress("own", func(*networkingv1.IngressSpec) {})
+		attacks := []struct{ name, want string }{
+			{"steal", `"bank.example.com" is not a hostname this cluster may claim`},
+			{"certificate", `"login.example.com" is not a hostname this cluster may claim`},
+			{"catchall", "a default backend would answer for every hostname"},
+			{"hostless", "a rule without a host would answer for every hostname"},
+		}
+		ingress("steal", func(s *networkingv1.IngressSpec) { s.Rules[0].Host = "bank.example.com" })
+		ingress("certificate", func(s *networkingv1.IngressSpec) {
+			s.TLS = []networkingv1.IngressTLS{{Hosts: []string{"api.shop.iso.example.com", "login.example.com"}, SecretName: "shop-tls"}}
+		})
+		ingress("catchall", func(s *networkingv1.IngressSpec) { s.DefaultBackend, s.Rules = &toWeb, nil })
+		ingress("hostless", func(s *networkingv1.IngressSpec) { s.Rules[0].Host = "" })
+
+		eventually(t, time.Minute, "the host copy of Ingress own", func(ctx context.Context) (bool, error) {
+			list, err := host.NetworkingV1().Ingresses(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=" + v.name + ",k3k.io/virtual-namespace=" + ns})
+			if err != nil {
+				return false, err
+			}
+			var copied []string
+			for _, i := range list.Items {
+				copied = append(copied, i.Annotations["k3k.io/virtual-name"])
+			}
+			if len(copied) != 1 || copied[0] != "own" {
+				return false, fmt.Errorf("host copies of %v, want own only", copied)
+			}
+			return true, nil
+		})
+		for _, a := range attacks {
+			var said string
+			eventually(t, time.Minute, "a Warning Event on Ingress "+a.name, func(ctx context.Context) (bool, error) {
+				evs, err := v.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Ingress,involvedObject.name=" + a.name})
+				if err != nil {
+					return false, err
+				}
+				for _, e := range evs.Items {
+					if e.Type == corev1.EventTypeWarning && e.Reason == "UnsupportedIngress" && strings.Contains(e.Message, a.want) {
+						said = e.Message
+						return true, nil
+					}
+				}
+				return false, fmt.Errorf("events %d", len(evs.Items))
+			})
+			t.Logf("escape ingress-%s: refused (%s)", a.name, said)
+		}
+		// No host copy of any of them, a while after the Events.
+		list, err := host.NetworkingV1().Ingresses(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=" + v.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 {
+			t.Errorf("%d host Ingresses of the cluster, want the one of Ingress own", len(list.Items))
+		}
+
+		// A subverted agent, writing the host Ingress itself: the chart's guard.
+		claim := list.Items[0].DeepCopy()
+		claim.ObjectMeta = metav1.ObjectMeta{Name: "steal-" + claim.Name[len(claim.Name)-10:], Annotations: map[string]string{"k3k.io/virtual-name": "steal"}}
+		claim.Spec.Rules[0].Host = "bank.example.com"
+		_, err = asAgent(t, v).NetworkingV1().Ingresses(v.namespace).Create(ctx, claim, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may claim only the hostnames its Cluster allows") {
+			t.Errorf("the agent's identity writing a host Ingress for bank.example.com: %v, want Forbidden by the guard", err)
+		}
+		t.Logf("escape ingress-agent-identity: refused (%v)", err)
+	})
+
 	// A pod that ignores SIGTERM, asks for a year of grace and sleeps in its
 	// preStop hook: the host pod must be gone within the Cluster's cap.
 	stubborn := func(name string) *corev1.Pod {
@@ -466,14 +555,6 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		k3kcli(t, "cluster", "delete", v.name, "-n", v.namespace)
 		gone(t, hp, start)
 	})
-}
-
-// setMaxGrace sets the Cluster's spec.maxTerminationGracePeriodSeconds and
-// waits for the agent to run with it.
-func setMaxGrace(t *testing.T, v *vcluster, seconds int) {
-	t.Helper()
-	patchClusterForAgent(t, v, fmt.Sprintf(`{"spec":{"maxTerminationGracePeriodSeconds":%d}}`, seconds),
-		fmt.Sprintf("--max-termination-grace-period-seconds=%d", seconds))
 }
 
 // createVirtualNamespace makes namespace ns in v (an existing one counts).

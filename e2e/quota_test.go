@@ -147,6 +147,76 @@ func TestQuota(t *testing.T) {
 			return true, nil
 		})
 	})
+
+	// What the agent copies is counted too (the chart's defaults count
+	// ConfigMaps, Secrets, EndpointSlices and Ingresses): with the
+	// namespace's ConfigMaps at their quota, a pod's ConfigMap is not
+	// copied, and the tenant is told on the pod.
+	t.Run("a ConfigMap copy beyond the quota is said on the pod", func(t *testing.T) {
+		if err := retry(func(ctx context.Context) error {
+			return v.client.AppsV1().Deployments(ns).Delete(ctx, "fill", metav1.DeleteOptions{})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		q, err := host.CoreV1().ResourceQuotas(v.namespace).Get(ctx, quotaName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		used, ok := q.Status.Used[corev1.ResourceConfigMaps]
+		if !ok {
+			t.Fatalf("the quota does not count ConfigMaps (hard %v): the chart's default is missing", q.Status.Hard)
+		}
+		if err := crc.Get(ctx, types.NamespacedName{Namespace: v.namespace, Name: v.name}, c); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Spec.Quota.Hard[corev1.ResourceConfigMaps] = used.DeepCopy()
+		if err := crc.Patch(ctx, c, patch); err != nil {
+			t.Fatalf("setting spec.quota: %v", err)
+		}
+		eventually(t, time.Minute, "the quota's configmaps at "+used.String()+" and a free pod", func(ctx context.Context) (bool, error) {
+			q, err := host.CoreV1().ResourceQuotas(v.namespace).Get(ctx, quotaName, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			hard, pods := q.Status.Hard[corev1.ResourceConfigMaps], q.Status.Used[corev1.ResourcePods]
+			if hard.Cmp(used) != 0 || pods.Value() >= int64(limit) {
+				return false, fmt.Errorf("hard %v used %v", q.Status.Hard, q.Status.Used)
+			}
+			return true, nil
+		})
+		if err := retry(func(ctx context.Context) error {
+			_, err := v.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		reader := idlePod("reader")
+		reader.Namespace = ns
+		reader.Spec.Volumes = []corev1.Volume{{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}}
+		reader.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "settings", MountPath: "/settings"}}
+		createVirtualPod(t, v, reader)
+		eventually(t, 2*time.Minute, "a Warning Event on pod reader about the refused ConfigMap copy", func(ctx context.Context) (bool, error) {
+			evs, err := v.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=reader"})
+			if err != nil {
+				return false, err
+			}
+			for _, e := range evs.Items {
+				if e.Type == corev1.EventTypeWarning && e.Reason == "HostCopyForbidden" && strings.Contains(e.Message, "ConfigMap settings") && strings.Contains(e.Message, "exceeded quota") {
+					t.Logf("pod reader: %s: %s", e.Reason, e.Message)
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("%d events", len(evs.Items))
+		})
+		p, err := v.client.CoreV1().Pods(ns).Get(ctx, "reader", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			t.Errorf("pod reader runs without its ConfigMap")
+		}
+	})
 }
 
 // podMessages joins a pod's status reason, message and condition messages.

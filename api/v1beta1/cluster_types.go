@@ -367,6 +367,20 @@ type IngressSyncConfig struct {
 	// +kubebuilder:validation:MaxProperties=16
 	// +optional
 	Classes map[string]IngressClassName `json:"classes,omitempty"`
+	// Hosts are the hostnames a virtual Ingress may claim on the host's
+	// ingress controller, which serves every tenant: a name
+	// (shop.example.com), or a wildcard (*.tenant.example.com) for every
+	// name under it. An Ingress whose rule or TLS entry names any other
+	// host, a rule without a host, or a default backend (both answer for
+	// every name the controller serves that nobody else claimed) is not
+	// copied, with a Warning Event that says why. Empty: no Ingress is
+	// copied.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`
+	// +listType=set
+	// +optional
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // IngressClassName names a host IngressClass.

@@ -60,6 +60,7 @@ type options struct {
 	storageClasses                         []string
 	syncIngresses                          bool
 	ingressClasses                         map[string]string
+	ingressHosts                           []string
 	seccompDefault                         bool
 	seccompLocalhostProfiles               []string
 	defaultRequests, defaultLimits         string
@@ -123,6 +124,7 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes PersistentVolumeClaims and generic ephemeral volumes may name, besides the host's default (none by default; the controller passes the Cluster's spec.storageClasses)")
 	f.BoolVar(&o.syncIngresses, "sync-ingresses", false, "copy the virtual cluster's Ingresses to the host namespace (the controller passes the Cluster's spec.ingresses.enabled)")
 	f.StringToStringVar(&o.ingressClasses, "ingress-classes", nil, "virtual=host ingress class pairs an Ingress may name; one without a class gets the host's default, others are refused")
+	f.StringSliceVar(&o.ingressHosts, "ingress-hosts", nil, "hostnames an Ingress may claim: a name, or *.suffix for every name under suffix (none by default: no Ingress is copied; the controller passes the Cluster's spec.ingresses.hosts)")
 	f.BoolVar(&o.seccompDefault, "seccomp-default", true, "give host pods whose virtual pod sets no pod-level seccomp profile RuntimeDefault (without a profile the host runs them unconfined)")
 	f.StringSliceVar(&o.seccompLocalhostProfiles, "seccomp-localhost-profiles", nil, "localhostProfile values a Localhost seccomp profile may name; pods naming any other are refused (none by default)")
 	f.StringVar(&o.defaultRequests, "default-requests", "cpu=10m,memory=32Mi", "name=quantity requests given to containers that request none of a resource (and do not limit it); cpu, memory and ephemeral-storage; empty for none")
@@ -174,6 +176,7 @@ func agentConfig(o options) (agent.Config, error) {
 			PodSecurityLevel: o.podSecurityLevel,
 			StorageClasses:   o.storageClasses,
 			IngressClasses:   o.ingressClasses,
+			IngressHosts:     o.ingressHosts,
 
 			DisableSeccompDefault:            !o.seccompDefault,
 			SeccompLocalhostProfiles:         o.seccompLocalhostProfiles,

@@ -90,12 +90,13 @@ func TestClusterSettingsReachTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Translate.StorageClasses) != 0 || cfg.SyncIngresses || len(cfg.Translate.IngressClasses) != 0 {
-		t.Errorf("defaults: classes %v, ingresses %v %v", cfg.Translate.StorageClasses, cfg.SyncIngresses, cfg.Translate.IngressClasses)
+	if len(cfg.Translate.StorageClasses) != 0 || cfg.SyncIngresses || len(cfg.Translate.IngressClasses) != 0 || len(cfg.Translate.IngressHosts) != 0 {
+		t.Errorf("defaults: classes %v, ingresses %v %v %v", cfg.Translate.StorageClasses, cfg.SyncIngresses, cfg.Translate.IngressClasses, cfg.Translate.IngressHosts)
 	}
 
 	c.Spec.StorageClasses = []string{"fast", "archive"}
-	c.Spec.Ingresses = &v1beta1.IngressSyncConfig{Enabled: true, Classes: map[string]v1beta1.IngressClassName{"public": "nginx", "internal": "nginx-internal"}}
+	c.Spec.Ingresses = &v1beta1.IngressSyncConfig{Enabled: true, Classes: map[string]v1beta1.IngressClassName{"public": "nginx", "internal": "nginx-internal"},
+		Hosts: []string{"shop.example.com", "*.tenant.example.com"}}
 	if cfg, err = agentConfig(parse(t, c)); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +105,9 @@ func TestClusterSettingsReachTheAgent(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]string{"public": "nginx", "internal": "nginx-internal"}, cfg.Translate.IngressClasses); diff != "" || !cfg.SyncIngresses {
 		t.Errorf("ingresses %v, classes (-want +got):\n%s", cfg.SyncIngresses, diff)
+	}
+	if diff := cmp.Diff([]string{"shop.example.com", "*.tenant.example.com"}, cfg.Translate.IngressHosts); diff != "" {
+		t.Errorf("ingress hosts (-want +got):\n%s", diff)
 	}
 
 	c.Spec.Ingresses.Enabled = false

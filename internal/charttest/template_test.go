@@ -67,7 +67,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
 				"--watch-namespaces=", "--workers=4", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 				"--agent-cluster-role="+agentRole, "--controller-namespace="+releaseNS,
-				"--default-quota=persistentvolumeclaims=20,pods=100,requests.storage=100Gi,services=50",
+				"--default-quota=configmaps=200,count/endpointslices.discovery.k8s.io=200,count/ingresses.networking.k8s.io=50,persistentvolumeclaims=20,pods=100,requests.storage=100Gi,secrets=300,services=50",
 				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
 				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",

@@ -139,6 +139,24 @@ func TestAgentIngress(t *testing.T) {
 	refused := []struct{ name, want string }{
 		{"unmapped", `ingress class "internal-admin" is not one the host administrator mapped`},
 		{"resource", "spec.defaultBackend.resource"},
+		{"bank", `spec.rules[0].host "bank.example.com" is not a hostname this cluster may claim`},
+		{"catchall", "spec.defaultBackend: a default backend would answer for every hostname"},
+	}
+	// Another tenant's (or the host's own) site, and a default backend
+	// that takes every name nobody claimed: both are an attacker's first
+	// moves against a shared ingress controller.
+	if _, err := virtAdmin.NetworkingV1().Ingresses(ns).Create(c, ingress(ns, "bank", func(i *networkingv1.Ingress) {
+		i.Spec.Rules[0].Host = "bank.example.com"
+		i.Spec.TLS = nil
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := virtAdmin.NetworkingV1().Ingresses(ns).Create(c, ingress(ns, "catchall", func(i *networkingv1.Ingress) {
+		i.Spec.DefaultBackend = &i.Spec.Rules[0].HTTP.Paths[0].Backend
+		i.Spec.Rules = nil
+		i.Spec.TLS = nil
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := virtAdmin.NetworkingV1().Ingresses(ns).Create(c, ingress(ns, "unmapped", func(i *networkingv1.Ingress) {
 		i.Spec.IngressClassName = ptr.To("internal-admin")

@@ -182,6 +182,7 @@ func run(m *testing.M) int {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: c.UID}},
 			StorageClasses:  []string{allowedClass},
 			IngressClasses:  map[string]string{virtualIngressClass: hostIngressClass},
+			IngressHosts:    []string{"shop.example.com", "*.shop.example.com"},
 			// The agent binary's flag defaults.
 			DefaultRequests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			DefaultLimits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},

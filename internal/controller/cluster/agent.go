@@ -179,6 +179,9 @@ func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 			sort.Strings(pairs)
 			args = append(args, "--ingress-classes="+strings.Join(pairs, ","))
 		}
+		if len(ing.Hosts) > 0 {
+			args = append(args, "--ingress-hosts="+strings.Join(ing.Hosts, ","))
+		}
 	}
 	if n := c.Spec.MaxTerminationGracePeriodSeconds; n != nil {
 		args = append(args, "--max-termination-grace-period-seconds="+strconv.FormatInt(*n, 10))

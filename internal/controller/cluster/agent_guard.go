@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -29,6 +30,11 @@ import (
 // It is installed by the Helm chart (templates/agent-guard.yaml, generated
 // from this file by `make generate`); requests of anyone but an agent are not
 // looked at.
+
+// agentDefaultMaxGrace is the agent's cap on grace periods where the Cluster
+// sets none (translate.DefaultMaxTerminationGracePeriodSeconds; the guard's
+// tests check the two agree).
+const agentDefaultMaxGrace int64 = 300
 
 // agentUserPattern matches the username of every agent ServiceAccount,
 // system:serviceaccount:<namespace>:k3k-<cluster>-kubelet (AgentName).
@@ -242,6 +248,13 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 			Reason:  forbidden,
 		},
 		{
+			// The hostnames themselves are the Cluster's to allow:
+			// DesiredAgentIngressGuard.
+			Expression: "!variables.ingress || (!has(object.spec.defaultBackend) && (!has(object.spec.rules) || object.spec.rules.all(r, has(r.host) && r.host != '')))",
+			Message:    "an Ingress made by a k3k agent may not answer for every hostname of the host's ingress controller: no default backend, and a host on every rule",
+			Reason:     forbidden,
+		},
+		{
 			Expression: "!variables.ingress || !has(object.metadata.annotations) || object.metadata.annotations.all(k, k.startsWith('k3k.io/'))",
 			Message:    "an Ingress made by a k3k agent may carry only k3k's annotations (the others configure the host's ingress controller)",
 			Reason:     forbidden,
@@ -367,6 +380,10 @@ func podSecurityVariables(allowPrivileged string) []admissionregistrationv1.Vari
 		{Name: "restricted", Expression: "variables.enforce && variables.level == 'restricted'"},
 		{Name: "containers", Expression: "variables.pod ? object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) : []"},
 		{Name: "psc", Expression: "variables.pod && has(object.spec.securityContext) ? object.spec.securityContext : null"},
+		// The agent's cap on grace periods (translate.capGracePeriods):
+		// the Cluster's, or the agent's default.
+		{Name: "maxGrace", Expression: "has(params.spec.maxTerminationGracePeriodSeconds) ? params.spec.maxTerminationGracePeriodSeconds : " +
+			strconv.FormatInt(agentDefaultMaxGrace, 10)},
 	}
 }
 
@@ -391,7 +408,19 @@ func podSecurityValidations() []admissionregistrationv1.Validation {
 	}
 	podNonRoot := psc("runAsNonRoot") + " && variables.psc.runAsNonRoot"
 	podSeccomp := psc("seccompProfile") + " && variables.psc.seccompProfile.type in ['RuntimeDefault', 'Localhost']"
+	probeGrace := func(p string) string {
+		return "(!has(c." + p + ") || !has(c." + p + ".terminationGracePeriodSeconds) || c." + p + ".terminationGracePeriodSeconds <= variables.maxGrace)"
+	}
 	return []admissionregistrationv1.Validation{
+		{
+			// At every level: a pod that ignores SIGTERM with a year of
+			// grace would outlive its virtual pod, namespace and Cluster.
+			// The API server has defaulted the pod's own (30) by now.
+			Expression: "!variables.pod || !variables.mine || ((!has(object.spec.terminationGracePeriodSeconds) || object.spec.terminationGracePeriodSeconds <= variables.maxGrace) && " +
+				"variables.containers.all(c, " + probeGrace("livenessProbe") + " && " + probeGrace("startupProbe") + "))",
+			MessageExpression: "'a pod made by a k3k agent for cluster ' + params.metadata.name + ' may have grace periods of at most ' + string(variables.maxGrace) + ' s (spec.maxTerminationGracePeriodSeconds)'",
+			Reason:            forbidden,
+		},
 		rule(false, "variables.containers.all(c, !"+csc("privileged")+" || !c.securityContext.privileged)", "no privileged containers"),
 		rule(false, "variables.containers.all(c, !"+csc("capabilities")+" || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a in "+celList(baselineCapabilities)+"))",
 			"no capabilities added beyond the default set"),

@@ -169,12 +169,16 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 	}
 	// ing is a host Ingress as the agent makes one: routed to its own Service
 	// copy, TLS from its own Secret copy.
+	prefix := networkingv1.PathTypePrefix
 	ing := func(name string, change func(*networkingv1.Ingress)) *networkingv1.Ingress {
 		i := &networkingv1.Ingress{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"k3k.io/virtual-name": "shop"}},
 			Spec: networkingv1.IngressSpec{
-				DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: ownSvc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
-				TLS:            []networkingv1.IngressTLS{{SecretName: ownSecret}},
+				Rules: []networkingv1.IngressRule{{Host: "shop.example.com", IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+					Path: "/", PathType: &prefix,
+					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: ownSvc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
+				}}}}}},
+				TLS: []networkingv1.IngressTLS{{SecretName: ownSecret}},
 			},
 		}
 		if change != nil {
@@ -188,7 +192,7 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 	}
 	// The controller's Ingress of the API (spec.expose.ingress).
 	if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing("k3k-"+c.Name+"-ingress", func(i *networkingv1.Ingress) {
-		i.Spec.DefaultBackend.Service.Name, i.Spec.TLS = n.Service, nil
+		i.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Name, i.Spec.TLS = n.Service, nil
 	}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -330,24 +334,23 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		{"deleting the server's claim", func() error {
 			return agent.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, serverClaim, metav1.DeleteOptions{})
 		}, "may only write persistentvolumeclaims of objects it named"},
-		{"an Ingress publishing the cluster's API Service", func() error {
-			return createIngress(ing("a-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.DefaultBackend.Service.Name = n.Service }))
-		}, "may only route to Services the agent copied"},
+		{"an Ingress with a default backend (every hostname nobody claimed)", func() error {
+			return createIngress(ing("a-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.DefaultBackend = &i.Spec.Rules[0].HTTP.Paths[0].Backend }))
+		}, "may not answer for every hostname of the host's ingress controller"},
+		{"an Ingress rule without a host", func() error {
+			return createIngress(ing("g-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.Rules[0].Host = "" }))
+		}, "may not answer for every hostname of the host's ingress controller"},
 		{"an Ingress serving the cluster token as its certificate", func() error {
 			return createIngress(ing("b-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.TLS[0].SecretName = n.Token }))
 		}, "may only route to Services the agent copied and use TLS Secrets the agent copied"},
 		{"an Ingress with a resource backend", func() error {
 			return createIngress(ing("c-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
-				i.Spec.DefaultBackend = &networkingv1.IngressBackend{Resource: &corev1.TypedLocalObjectReference{Kind: "Secret", Name: ownSecret}}
+				i.Spec.Rules[0].HTTP.Paths[0].Backend = networkingv1.IngressBackend{Resource: &corev1.TypedLocalObjectReference{Kind: "Secret", Name: ownSecret}}
 			}))
 		}, "no resource backends"},
 		{"an Ingress path routing to the API Service", func() error {
 			return createIngress(ing("d-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) {
-				prefix := networkingv1.PathTypePrefix
-				i.Spec.Rules = []networkingv1.IngressRule{{IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
-					Path: "/", PathType: &prefix,
-					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: n.Service, Port: networkingv1.ServiceBackendPort{Number: 443}}},
-				}}}}}}
+				i.Spec.Rules[0].HTTP.Paths[0].Backend.Service = &networkingv1.IngressServiceBackend{Name: n.Service, Port: networkingv1.ServiceBackendPort{Number: 443}}
 			}))
 		}, "may only route to Services the agent copied"},
 		{"an Ingress with a configuration snippet", func() error {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/layout"
 )
 
@@ -169,6 +170,32 @@ func TestAgentPodSecurityGuard(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a grace period beyond the cap is refused at every level", func(t *testing.T) {
+		if agentDefaultMaxGrace != translate.DefaultMaxTerminationGracePeriodSeconds {
+			t.Fatalf("the guard's default cap %d differs from the agent's %d", agentDefaultMaxGrace, translate.DefaultMaxTerminationGracePeriodSeconds)
+		}
+		want := "for cluster " + c.Name + " may have grace periods of at most 300 s"
+		for i, change := range []func(*corev1.Pod){
+			func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(31536000)) },
+			func(p *corev1.Pod) {
+				p.Spec.Containers[0].LivenessProbe = &corev1.Probe{
+					ProbeHandler:                  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}},
+					TerminationGracePeriodSeconds: ptr.To(int64(86400)),
+				}
+			},
+		} {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("g"+string(rune('a'+i))+"-shop-0123456789", change), metav1.CreateOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+				t.Errorf("got %v, want Forbidden containing %q", err, want)
+			}
+		}
+		if _, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("gc-shop-0123456789", func(p *corev1.Pod) {
+			p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(300))
+		}), metav1.CreateOptions{}); err != nil {
+			t.Errorf("a grace period at the cap was refused: %v", err)
+		}
+	})
+
 	t.Run("baseline allows a safe sysctl, NET_BIND_SERVICE and root with escalation", func(t *testing.T) {
 		p := hostPod("ok-shop-0123456789", func(p *corev1.Pod) {
 			rootWithEscalation(p)

@@ -102,6 +102,12 @@ func TestAdmissionRejectsInvalidSpecs(t *testing.T) {
 		{"a token Secret reference needs a name", func(c *v1beta1.Cluster) { c.Spec.TokenSecretRef = &v1beta1.TokenSecretReference{} }, "spec.tokenSecretRef.name in body should be at least 1 chars long"},
 		{"a name too long for the derived names is refused", func(c *v1beta1.Cluster) { c.Name = strings.Repeat("n", 42) }, "metadata.name may be at most 41 characters"},
 		{"a k3s version with spaces is refused", func(c *v1beta1.Cluster) { c.Spec.Version = "v1 latest" }, "spec.version in body should match"},
+		{"an ingress host pattern that allows every name under a top-level domain is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Ingresses = &v1beta1.IngressSyncConfig{Enabled: true, Hosts: []string{"shop.example.com", "*.com"}}
+		}, "spec.ingresses.hosts[1] in body should match"},
+		{"an ingress host pattern with a wildcard inside is refused", func(c *v1beta1.Cluster) {
+			c.Spec.Ingresses = &v1beta1.IngressSyncConfig{Enabled: true, Hosts: []string{"shop.*.example.com"}}
+		}, "spec.ingresses.hosts[0] in body should match"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -44,19 +43,14 @@ type Syncer struct {
 	tr       *translate.Translator
 	progress syncloop.Progress
 
-	mu       sync.Mutex
-	written  map[string]written // host Secret name → what was last written
-	reported map[string]reported
+	mu      sync.Mutex
+	written map[string]written // host Secret name → what was last written
+	said    syncloop.Said      // Ingress key → the last refusal said with an Event
 }
 
 type written struct {
 	hash string
 	at   time.Time
-}
-
-type reported struct {
-	uid     types.UID
-	message string
 }
 
 // New checks cfg and fills in defaults.
@@ -76,7 +70,7 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Syncer{cfg: cfg, tr: cfg.Translator, written: map[string]written{}, reported: map[string]reported{}}, nil
+	return &Syncer{cfg: cfg, tr: cfg.Translator, written: map[string]written{}}, nil
 }
 
 // Synced reports whether the current Run's caches have synced.

@@ -148,9 +148,7 @@ func (r *run) writeSecret(ctx context.Context, s *corev1.Secret) error {
 }
 
 func (r *run) virtualGone(ctx context.Context, ns, name string, h *networkingv1.Ingress) (bool, error) {
-	r.mu.Lock()
-	delete(r.reported, ns+"/"+name)
-	r.mu.Unlock()
+	r.said.Forget(ns + "/" + name)
 	if h == nil {
 		return false, nil
 	}
@@ -175,27 +173,14 @@ func (r *run) deleteHost(ctx context.Context, h *networkingv1.Ingress) error {
 
 // report records a Warning Event on the virtual Ingress, once per message.
 func (r *run) report(ctx context.Context, v *networkingv1.Ingress, message string) {
-	key := v.Namespace + "/" + v.Name
-	r.mu.Lock()
-	if last := r.reported[key]; last.uid == v.UID && last.message == message {
-		r.mu.Unlock()
+	if !r.said.First(v.Namespace+"/"+v.Name, v.UID, message) {
 		return
 	}
-	r.reported[key] = reported{uid: v.UID, message: message}
-	r.mu.Unlock()
-	now := metav1.NewTime(r.cfg.Now())
-	node := r.tr.Config().NodeName
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: v.Name + ".", Namespace: v.Namespace},
-		InvolvedObject: corev1.ObjectReference{
+	syncloop.Warning{
+		Object: corev1.ObjectReference{
 			APIVersion: "networking.k8s.io/v1", Kind: "Ingress", Namespace: v.Namespace, Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion,
 		},
-		Reason: ReasonUnsupported, Message: message, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "k3k-kubelet", Host: node},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "k3k.io/kubelet", ReportingInstance: node,
-	}
-	if _, err := r.virtual.CoreV1().Events(v.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "recording event", "ingress", key)
-	}
+		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
+		Reason: ReasonUnsupported, Message: message, At: r.cfg.Now(),
+	}.Record(ctx, r.virtual)
 }

@@ -241,21 +241,13 @@ func (r *run) refuse(ctx context.Context, vpod *corev1.Pod, reason, message stri
 // event records a Warning Event on vpod in the virtual cluster, as a kubelet
 // does; failing to record one is logged, not retried.
 func (r *run) event(ctx context.Context, vpod *corev1.Pod, reason, message string) {
-	now := metav1.NewTime(r.cfg.Now())
-	node := r.tr.Config().NodeName
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: vpod.Name + ".", Namespace: vpod.Namespace},
-		InvolvedObject: corev1.ObjectReference{
+	syncloop.Warning{
+		Object: corev1.ObjectReference{
 			APIVersion: "v1", Kind: "Pod", Namespace: vpod.Namespace, Name: vpod.Name, UID: vpod.UID, ResourceVersion: vpod.ResourceVersion,
 		},
-		Reason: reason, Message: message, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "kubelet", Host: node},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "k3k.io/kubelet", ReportingInstance: node,
-	}
-	if _, err := r.virtual.CoreV1().Events(vpod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "recording event", "pod", vpod.Namespace+"/"+vpod.Name, "reason", reason)
-	}
+		Component: "kubelet", Node: r.tr.Config().NodeName,
+		Reason: reason, Message: message, At: r.cfg.Now(),
+	}.Record(ctx, r.virtual)
 }
 
 // admit decides whether vpod fits on the node next to the pods already
@@ -361,7 +353,7 @@ func (r *run) syncCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
 		}
 		h := r.tr.HostConfigMap(v)
 		h.OwnerReferences = r.owners("configmap/"+h.Name, hpod)
-		if err := r.write(ctx, h); err != nil {
+		if err := r.copied(ctx, vpod, "ConfigMap "+n, r.write(ctx, h)); err != nil {
 			return err
 		}
 	}
@@ -374,7 +366,7 @@ func (r *run) syncCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
 		}
 		h := r.tr.HostSecret(v)
 		h.OwnerReferences = r.owners("secret/"+h.Name, hpod)
-		if err := r.write(ctx, h); err != nil {
+		if err := r.copied(ctx, vpod, "Secret "+n, r.write(ctx, h)); err != nil {
 			return err
 		}
 	}
@@ -392,6 +384,36 @@ func (r *run) syncCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	}
 	h.OwnerReferences = []metav1.OwnerReference{podOwner(hpod)}
 	return r.write(ctx, h)
+}
+
+// copied passes on err, the outcome of writing the host copy of what (a
+// virtual ConfigMap or Secret vpod uses). A Forbidden answer (the
+// namespace's ResourceQuota on configmaps or secrets is full, an admission
+// policy) is said once on the virtual pod as a Warning Event: the pod waits
+// for its volumes, and the tenant cannot see the host's answer otherwise.
+// The write is retried like any failed one.
+func (r *run) copied(ctx context.Context, vpod *corev1.Pod, what string, err error) error {
+	key := string(vpod.UID) + "/" + what
+	if err == nil {
+		r.copyRefusals.Delete(key)
+		return nil
+	}
+	if apierrors.IsForbidden(err) {
+		if _, seen := r.copyRefusals.LoadOrStore(key, true); !seen {
+			r.event(ctx, vpod, translate.ReasonCopyForbidden, "the host refused the copy of "+what+" (the pod waits for it): "+apiMessage(err))
+		}
+	}
+	return err
+}
+
+// apiMessage is the API server's message of err, without the wrapping
+// this agent added.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Message
+	}
+	return err.Error()
 }
 
 // owners are the host pods using a host copy: every host pod the index lists

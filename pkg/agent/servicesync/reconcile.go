@@ -3,6 +3,7 @@ package servicesync
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -49,15 +50,47 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		return true, r.deleteService(ctx, ns, name, hsvc)
 	}
 	hsvc, err = r.applyService(ctx, vsvc, hsvc)
+	if err == nil && hsvc != nil {
+		err = r.syncSlices(ctx, ns, name, hsvc)
+	}
+	r.refused(ctx, vsvc, err)
 	if err != nil || hsvc == nil {
 		return hsvc == nil, err
 	}
-	return false, r.syncSlices(ctx, ns, name, hsvc)
+	return false, nil
+}
+
+// refused says on the virtual Service, once per message, when the host
+// refused a copy it needs (its Service, or an EndpointSlice: the
+// namespace's ResourceQuota on services or EndpointSlices is full, an
+// admission policy), and forgets it once the copies are written. The tenant
+// cannot see the host's answer otherwise; the copy is retried either way.
+func (r *run) refused(ctx context.Context, vsvc *corev1.Service, err error) {
+	key := vsvc.Namespace + "/" + vsvc.Name
+	if err == nil {
+		r.said.Forget(key)
+		return
+	}
+	if !apierrors.IsForbidden(err) {
+		return
+	}
+	message := "the host refused a copy this Service needs (it is retried): " + err.Error()
+	if !r.said.First(key, vsvc.UID, message) {
+		return
+	}
+	syncloop.Warning{
+		Object: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Service", Namespace: vsvc.Namespace, Name: vsvc.Name, UID: vsvc.UID, ResourceVersion: vsvc.ResourceVersion,
+		},
+		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
+		Reason: translate.ReasonCopyForbidden, Message: message, At: time.Now(),
+	}.Record(ctx, r.virtual)
 }
 
 // virtualGone deletes the host copies of a virtual Service that is gone or no
 // longer synced, once the virtual API server itself says so.
 func (r *run) virtualGone(ctx context.Context, ns, name string, hsvc *corev1.Service) (bool, error) {
+	r.said.Forget(ns + "/" + name)
 	if hsvc == nil {
 		return false, r.deleteSlices(ctx, ns, name, nil)
 	}

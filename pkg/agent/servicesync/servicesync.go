@@ -39,6 +39,7 @@ type Syncer struct {
 	tr       *translate.Translator
 	progress syncloop.Progress // keys are virtual Service keys
 	dns      dnsSource
+	said     syncloop.Said // Service key → the last host refusal said with an Event
 }
 
 // New checks cfg and fills in defaults.

@@ -26,7 +26,13 @@ const (
 //     an Ingress without a class gets the host's default class;
 //   - resource backends (spec.defaultBackend.resource, a path's
 //     backend.resource): they name any object of the host namespace by kind
-//     and name, which the agent cannot translate or bound.
+//     and name, which the agent cannot translate or bound;
+//   - a hostname the Cluster does not allow (Config.IngressHosts), in a rule
+//     or a TLS entry: the host's ingress controller serves every tenant and
+//     the host's own sites, and the first Ingress to claim a name (or a TLS
+//     certificate for it) takes its traffic;
+//   - a rule without a host, and a default backend: both answer for every
+//     name the controller serves that no other Ingress claims.
 //
 // Annotations are never copied, so there is nothing to refuse in them: they
 // configure the host's ingress controller (ingress-nginx's *-snippet
@@ -40,6 +46,24 @@ func (t *Translator) IngressProblems(v *networkingv1.Ingress) []string {
 	}
 	if b := v.Spec.DefaultBackend; b != nil && b.Resource != nil {
 		r = append(r, "spec.defaultBackend.resource: resource backends would name host objects")
+	} else if b != nil {
+		r = append(r, "spec.defaultBackend: a default backend would answer for every hostname of the host's ingress controller")
+	}
+	allowed := allowedHosts(t.cfg.IngressHosts)
+	for i, rule := range v.Spec.Rules {
+		switch {
+		case rule.Host == "":
+			r = append(r, fmt.Sprintf("spec.rules[%d]: a rule without a host would answer for every hostname of the host's ingress controller", i))
+		case !IngressHostAllowed(t.cfg.IngressHosts, rule.Host):
+			r = append(r, fmt.Sprintf("spec.rules[%d].host %q is not a hostname this cluster may claim (%s)", i, rule.Host, allowed))
+		}
+	}
+	for i, tls := range v.Spec.TLS {
+		for j, h := range tls.Hosts {
+			if !IngressHostAllowed(t.cfg.IngressHosts, h) {
+				r = append(r, fmt.Sprintf("spec.tls[%d].hosts[%d] %q is not a hostname this cluster may claim (%s)", i, j, h, allowed))
+			}
+		}
 	}
 	for i, rule := range v.Spec.Rules {
 		if rule.HTTP == nil {
@@ -52,6 +76,34 @@ func (t *Translator) IngressProblems(v *networkingv1.Ingress) []string {
 		}
 	}
 	return r
+}
+
+// IngressHostAllowed says whether host (an Ingress rule's or TLS entry's
+// host, itself possibly a wildcard like *.shop.example.com) is one the
+// patterns allow: a pattern is a name, equal to the host, or *.suffix,
+// which allows every name ending in .suffix at any depth (and wildcards
+// under it) but not suffix itself. Both are lowercase: Kubernetes admits no
+// other Ingress host, and the Cluster's validation no other pattern. The
+// agent guard's CEL (internal/controller/cluster, DesiredAgentIngressGuard)
+// says the same.
+func IngressHostAllowed(patterns []string, host string) bool {
+	for _, p := range patterns {
+		if suffix, ok := strings.CutPrefix(p, "*"); ok && strings.HasPrefix(suffix, ".") {
+			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
+				return true
+			}
+		} else if host == p {
+			return true
+		}
+	}
+	return false
+}
+
+func allowedHosts(patterns []string) string {
+	if len(patterns) == 0 {
+		return "none: the Cluster's spec.ingresses.hosts is empty"
+	}
+	return "allowed: " + strings.Join(patterns, ", ")
 }
 
 func mappedClasses(m map[string]string) string {

@@ -22,13 +22,18 @@ func tenantIngress() *networkingv1.Ingress {
 		},
 		Spec: networkingv1.IngressSpec{
 			IngressClassName: ptr.To("public"),
-			DefaultBackend:   &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "fallback", Port: networkingv1.ServiceBackendPort{Number: 80}}},
-			TLS:              []networkingv1.IngressTLS{{Hosts: []string{"shop.example.com"}, SecretName: "shop-tls"}, {SecretName: "shop-tls"}},
+			TLS:              []networkingv1.IngressTLS{{Hosts: []string{"shop.example.com", "*.eu.shop.example.com"}, SecretName: "shop-tls"}, {SecretName: "shop-tls"}},
 			Rules: []networkingv1.IngressRule{{
 				Host: "shop.example.com",
 				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
 					Path: "/", PathType: &prefix,
 					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Name: "http"}}},
+				}}}},
+			}, {
+				Host: "api.shop.example.com",
+				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+					Path: "/", PathType: &prefix,
+					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "api", Port: networkingv1.ServiceBackendPort{Number: 8080}}},
 				}}}},
 			}},
 		},
@@ -36,7 +41,10 @@ func tenantIngress() *networkingv1.Ingress {
 }
 
 func TestHostIngressRoutesToHostCopies(t *testing.T) {
-	tr := newTranslator(t, func(c *Config) { c.IngressClasses = map[string]string{"public": "nginx"} })
+	tr := newTranslator(t, func(c *Config) {
+		c.IngressClasses = map[string]string{"public": "nginx"}
+		c.IngressHosts = []string{"shop.example.com", "*.shop.example.com"}
+	})
 	h, err := tr.HostIngress(tenantIngress())
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +63,8 @@ func TestHostIngressRoutesToHostCopies(t *testing.T) {
 	if h.Labels["app"] != "" {
 		t.Errorf("labels %v", h.Labels)
 	}
-	if got := h.Spec.DefaultBackend.Service.Name; got != tr.HostName(KindService, "shop", "fallback") {
-		t.Errorf("default backend %s", got)
+	if got := h.Spec.Rules[1].HTTP.Paths[0].Backend.Service.Name; got != tr.HostName(KindService, "shop", "api") || h.Spec.Rules[1].Host != "api.shop.example.com" {
+		t.Errorf("second rule: backend %s host %q", got, h.Spec.Rules[1].Host)
 	}
 	b := h.Spec.Rules[0].HTTP.Paths[0].Backend.Service
 	if b.Name != tr.HostName(KindService, "shop", "web") || b.Port.Name != "http" || h.Spec.Rules[0].Host != "shop.example.com" {
@@ -81,7 +89,10 @@ func TestHostIngressRoutesToHostCopies(t *testing.T) {
 }
 
 func TestHostIngressRefusesAttacks(t *testing.T) {
-	tr := newTranslator(t, func(c *Config) { c.IngressClasses = map[string]string{"public": "nginx"} })
+	tr := newTranslator(t, func(c *Config) {
+		c.IngressClasses = map[string]string{"public": "nginx"}
+		c.IngressHosts = []string{"shop.example.com", "*.shop.example.com"}
+	})
 	cases := []struct {
 		name   string
 		mutate func(*networkingv1.Ingress)
@@ -95,6 +106,19 @@ func TestHostIngressRefusesAttacks(t *testing.T) {
 		{"a resource backend on a path", func(i *networkingv1.Ingress) {
 			i.Spec.Rules[0].HTTP.Paths[0].Backend = networkingv1.IngressBackend{Resource: &corev1.TypedLocalObjectReference{APIGroup: ptr.To("example.com"), Kind: "Bucket", Name: "b"}}
 		}, "spec.rules[0].http.paths[0].backend.resource"},
+		{"a default backend (every hostname nobody else claims)", func(i *networkingv1.Ingress) {
+			i.Spec.DefaultBackend = &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 80}}}
+		}, "spec.defaultBackend: a default backend would answer for every hostname"},
+		{"a rule without a host (a catch-all)", func(i *networkingv1.Ingress) { i.Spec.Rules[1].Host = "" },
+			"spec.rules[1]: a rule without a host would answer for every hostname"},
+		{"another tenant's hostname", func(i *networkingv1.Ingress) { i.Spec.Rules[0].Host = "bank.example.com" },
+			`spec.rules[0].host "bank.example.com" is not a hostname this cluster may claim (allowed: shop.example.com, *.shop.example.com)`},
+		{"a suffix that only looks alike", func(i *networkingv1.Ingress) { i.Spec.Rules[1].Host = "evilshop.example.com" },
+			`spec.rules[1].host "evilshop.example.com"`},
+		{"a wildcard wider than the allowed one", func(i *networkingv1.Ingress) { i.Spec.Rules[1].Host = "*.example.com" },
+			`spec.rules[1].host "*.example.com"`},
+		{"a TLS certificate for someone else's name", func(i *networkingv1.Ingress) { i.Spec.TLS[0].Hosts = append(i.Spec.TLS[0].Hosts, "login.example.com") },
+			`spec.tls[0].hosts[2] "login.example.com"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,5 +130,34 @@ func TestHostIngressRefusesAttacks(t *testing.T) {
 				t.Errorf("got %v, %v; want an *UnsupportedError mentioning %q", h, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestIngressHostAllowed(t *testing.T) {
+	patterns := []string{"shop.example.com", "*.tenant.example.com"}
+	for host, want := range map[string]bool{
+		"shop.example.com":           true,
+		"www.shop.example.com":       false, // a name allows only itself
+		"a.tenant.example.com":       true,
+		"a.b.tenant.example.com":     true, // any depth under the wildcard
+		"*.tenant.example.com":       true,
+		"*.a.tenant.example.com":     true,
+		"tenant.example.com":         false, // the wildcard's suffix itself is not under it
+		"xtenant.example.com":        false,
+		"a.tenant.example.com.evil.": false,
+		"example.com":                false,
+		"*.example.com":              false,
+		"":                           false,
+	} {
+		if got := IngressHostAllowed(patterns, host); got != want {
+			t.Errorf("IngressHostAllowed(%q) = %v, want %v", host, got, want)
+		}
+	}
+	if IngressHostAllowed(nil, "shop.example.com") {
+		t.Error("no patterns allowed a host")
+	}
+	tr := newTranslator(t, func(c *Config) { c.IngressClasses = map[string]string{"public": "nginx"} })
+	if _, err := tr.HostIngress(tenantIngress()); err == nil || !strings.Contains(err.Error(), "none: the Cluster's spec.ingresses.hosts is empty") {
+		t.Errorf("with no hosts allowed: %v, want a refusal that names the empty list", err)
 	}
 }

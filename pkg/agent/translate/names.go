@@ -84,6 +84,10 @@ type Config struct {
 	// host IngressClasses. An Ingress without a class gets the host's
 	// default; one naming a class not in the map is refused.
 	IngressClasses map[string]string
+	// IngressHosts are the hostnames a virtual Ingress may claim: a name, or
+	// *.suffix for every name under suffix (IngressHostAllowed). Empty: none,
+	// so no Ingress is copied.
+	IngressHosts []string
 
 	// DisableSeccompDefault leaves a pod without a pod-level seccomp profile
 	// as it is. By default such a host pod gets RuntimeDefault: a container

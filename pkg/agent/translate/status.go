@@ -17,6 +17,11 @@ const (
 	// ReasonHostForbidden: the host API refused the host pod for now (an
 	// exceeded ResourceQuota, an admission policy); the agent keeps trying.
 	ReasonHostForbidden = "HostForbidden"
+	// ReasonCopyForbidden (an Event on a pod or a Service): the host API
+	// refused a copy the object needs, a ConfigMap or Secret a pod uses, a
+	// Service or its EndpointSlices (an exceeded ResourceQuota, an admission
+	// policy); the agent keeps trying, and a pod waits for its volumes.
+	ReasonCopyForbidden = "HostCopyForbidden"
 )
 
 // VirtualStatus is the status vpod should report while host runs it: the

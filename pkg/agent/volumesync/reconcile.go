@@ -200,9 +200,7 @@ func (r *run) virtualGone(ctx context.Context, ns, name string, hc *corev1.Persi
 		return false, fmt.Errorf("confirming virtual claim is gone: %w", err)
 	}
 	r.progress.Forget(ns + "/" + name)
-	r.mu.Lock()
-	delete(r.reported, ns+"/"+name)
-	r.mu.Unlock()
+	r.said.Forget(ns + "/" + name)
 	if hc != nil {
 		return false, r.deleteClaim(ctx, ns, name, hc)
 	}
@@ -253,27 +251,14 @@ func (r *run) deleteStaleVolumes(ctx context.Context, ns, name, keep string) err
 // report records a Warning Event on the virtual claim, once per claim and
 // message, so `kubectl describe pvc` says why it does not bind.
 func (r *run) report(ctx context.Context, vc *corev1.PersistentVolumeClaim, reason, message string) {
-	key := vc.Namespace + "/" + vc.Name
-	r.mu.Lock()
-	if last := r.reported[key]; last.uid == vc.UID && last.message == message {
-		r.mu.Unlock()
+	if !r.said.First(vc.Namespace+"/"+vc.Name, vc.UID, message) {
 		return
 	}
-	r.reported[key] = reported{uid: vc.UID, message: message}
-	r.mu.Unlock()
-	now := metav1.NewTime(r.cfg.Now())
-	node := r.tr.Config().NodeName
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: vc.Name + ".", Namespace: vc.Namespace},
-		InvolvedObject: corev1.ObjectReference{
+	syncloop.Warning{
+		Object: corev1.ObjectReference{
 			APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: vc.Namespace, Name: vc.Name, UID: vc.UID, ResourceVersion: vc.ResourceVersion,
 		},
-		Reason: reason, Message: message, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "k3k-kubelet", Host: node},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "k3k.io/kubelet", ReportingInstance: node,
-	}
-	if _, err := r.virtual.CoreV1().Events(vc.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "recording event", "claim", vc.Namespace+"/"+vc.Name, "reason", reason)
-	}
+		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
+		Reason: reason, Message: message, At: r.cfg.Now(),
+	}.Record(ctx, r.virtual)
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -42,8 +40,7 @@ type Syncer struct {
 	tr       *translate.Translator
 	progress syncloop.Progress // keys are virtual claim keys
 
-	mu       sync.Mutex
-	reported map[string]reported // claim key → the last refusal reported with an Event
+	said syncloop.Said // claim key → the last refusal said with an Event
 }
 
 // New checks cfg and fills in defaults.
@@ -60,13 +57,9 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Syncer{cfg: cfg, tr: cfg.Translator, reported: map[string]reported{}}, nil
+	return &Syncer{cfg: cfg, tr: cfg.Translator}, nil
 }
 
-type reported struct {
-	uid     types.UID
-	message string
-}
 
 // Synced reports whether the current Run's caches have synced.
 func (s *Syncer) Synced() bool { return s.progress.Synced() }
