@@ -115,6 +115,7 @@ bench: ## Every benchmark; each prints a table.
 	$(MAKE) bench-datastore
 	$(MAKE) bench-backup
 	$(MAKE) bench-controller
+	$(MAKE) bench-agent
 
 ##@ Run
 

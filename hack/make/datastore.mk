@@ -34,3 +34,11 @@ bench-controller: ## Cold start of the controller with BENCH_CLUSTERS Clusters f
 test-datastore-crash: ## The kill -9 test with DATASTORE_CRASH_ROUNDS rounds (CI runs fewer).
 	K3K_CRASH_ROUNDS=$(DATASTORE_CRASH_ROUNDS) CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 60m \
 		-run TestAcknowledgedWritesSurviveKill9 ./cmd/datastore/
+
+AGENT_BENCH_PODS ?= 100
+AGENT_BENCH_ROUNDS ?= 9
+.PHONY: bench-agent
+bench-agent: ## Pods per second of the shared-mode agent with the isolation defaults on and off, AGENT_BENCH_PODS pods over AGENT_BENCH_ROUNDS rounds, against envtest; prints a table.
+	@mkdir -p $(OUTPUT)/bench
+	$(GO) build -o $(OUTPUT)/bench/agent-bench ./hack/bench/agent
+	K3K_TOOLS_DIR=$(TOOLS_DIR) $(OUTPUT)/bench/agent-bench --pods $(AGENT_BENCH_PODS) --rounds $(AGENT_BENCH_ROUNDS)

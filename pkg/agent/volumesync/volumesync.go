@@ -60,7 +60,6 @@ func New(cfg Config) (*Syncer, error) {
 	return &Syncer{cfg: cfg, tr: cfg.Translator}, nil
 }
 
-
 // Synced reports whether the current Run's caches have synced.
 func (s *Syncer) Synced() bool { return s.progress.Synced() }
 

@@ -191,22 +191,30 @@ func TestNoSpaceIsReportedAndTheDocumentedRecoveryWorks(t *testing.T) {
 		t.Fatalf("healthy condition %+v with an alarm raised", conds[0])
 	}
 
-	// Whether the history must be compacted depends on how the filled file
-	// is laid out: a member whose live data (in use) is below the disarm
-	// level gets there by defragmentation alone, and in one run of CI all
-	// three did (2.6 of 4 MiB in use). Compaction is wanted when a member's
-	// live data was above it; the planner's choice itself is in plan_test.go.
-	needCompact := false
-	for _, s := range o.Statuses {
-		if s.Reachable && s.DBSizeQuota > 0 && s.DBSizeInUse*100 >= s.DBSizeQuota*80 {
-			needCompact = true
-		}
-	}
+	// Whether the history must be compacted is the planner's call from what
+	// it observes when it acts (plan_test.go checks the call itself): a
+	// member whose live data is below the disarm level gets there by
+	// defragmentation alone. Bolt counts pages freed by transactions still
+	// pending as in use, so the level read right after the fill says
+	// nothing about the planner's view moments later (in two cold CI runs a
+	// member read above it here was at 57% when defragmented). What the
+	// recovery must achieve is checked instead: every member's database
+	// file below the disarm level (as the planner requires before it
+	// disarms), no alarm, writes accepted.
 	actions := c.converge(d)
 	n := countChanges(actions)
-	t.Logf("recovery actions %v (a member's live data above 80%% of the quota: %v)", n, needCompact)
-	if (needCompact && n[etcd.ActionCompact] < 1) || n[etcd.ActionDefragment] < 1 || n[etcd.ActionDisarmAlarm] < 1 {
-		t.Fatalf("recovery actions %v, want defragmentation of the fragmented members, a disarm, and a compaction if live data was above 80%% (%v)", n, needCompact)
+	t.Logf("recovery actions %v", n)
+	if n[etcd.ActionDefragment] < 1 || n[etcd.ActionDisarmAlarm] < 1 {
+		t.Fatalf("recovery actions %v, want defragmentation of the fragmented members and a disarm", n)
+	}
+	after := etcd.Observe(c.ctx, c.client, c.endpoints(d))
+	for _, s := range after.Statuses {
+		if !s.Reachable || s.DBSizeQuota == 0 || s.DBSize*100 >= s.DBSizeQuota*80 {
+			t.Errorf("after recovery a member is unreachable or its database is not below 80%% of its quota: %+v", s)
+		}
+	}
+	if conds := etcd.Conditions(after, 1); conds[1].Status != "False" {
+		t.Errorf("alarm condition after recovery %+v, want False", conds[1])
 	}
 	for _, a := range actions {
 		if a.Changes() {
