@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -141,6 +142,26 @@ func TestAgentRoleAgainstTheAPIServer(t *testing.T) {
 	}
 	n := layout.NamesFor(c)
 	user := "system:serviceaccount:" + ns + ":" + layout.AgentName(c.Name)
+	// The authorizer sees the RoleBinding through its own informer, a moment
+	// after the write (a warm CI run asked first and was refused): wait until
+	// it grants something the binding grants, then ask everything.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "list", Resource: "pods"},
+		}}
+		if err := k8s.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's RoleBinding never took effect: %s", sar.Status.Reason)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	cases := []struct {
 		name                           string
 		verb, resource, sub, obj, inNS string
