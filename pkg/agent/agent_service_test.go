@@ -131,10 +131,14 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 	web1 := runningPod(t, ns, "web-1", "10.244.2.11")
 
 	// A NodePort Service with a ClusterIP that is free on the host: the host
-	// copy has the same ClusterIP, no selector, no node port.
-	createVirtualService(t, webService(ns, "web", "10.0.0.50", corev1.ServiceTypeNodePort), virtualSlice(ns, "web-a", "web", web0, web1))
+	// copy has the same ClusterIP, no selector, no node port. The addresses
+	// named here are in the static band of the API servers' 10.0.0.0/24
+	// (.1 to .16), which dynamic allocation leaves alone while the rest has
+	// room: in the dynamic band, another test's Service took 10.0.0.50 first
+	// in a warm CI run.
+	createVirtualService(t, webService(ns, "web", "10.0.0.13", corev1.ServiceTypeNodePort), virtualSlice(ns, "web-a", "web", web0, web1))
 	hs := waitHostService(t, ns, "web", nil)
-	if hs.Spec.ClusterIP != "10.0.0.50" || hs.Spec.Type != corev1.ServiceTypeClusterIP || hs.Spec.Selector != nil {
+	if hs.Spec.ClusterIP != "10.0.0.13" || hs.Spec.Type != corev1.ServiceTypeClusterIP || hs.Spec.Selector != nil {
 		t.Errorf("host Service: clusterIP %s type %s selector %v; want the virtual ClusterIP, ClusterIP, no selector", hs.Spec.ClusterIP, hs.Spec.Type, hs.Spec.Selector)
 	}
 	if len(hs.Spec.Ports) != 1 || hs.Spec.Ports[0].Port != 80 || hs.Spec.Ports[0].TargetPort != intstr.FromString("http") || hs.Spec.Ports[0].NodePort != 0 {
@@ -157,7 +161,7 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 	// A ClusterIP taken on the host: the host allocates another one.
 	taken, err := hostAdmin.CoreV1().Services(metav1.NamespaceDefault).Create(c, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "squatter"},
-		Spec:       corev1.ServiceSpec{ClusterIP: "10.0.0.60", Ports: []corev1.ServicePort{{Port: 1}}},
+		Spec:       corev1.ServiceSpec{ClusterIP: "10.0.0.14", Ports: []corev1.ServicePort{{Port: 1}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
