@@ -316,30 +316,40 @@ func celList(items []string) string {
 // both named name. allowPrivileged is a CEL boolean literal ("true" or
 // "false"): whether a Cluster may choose the privileged level.
 func DesiredAgentPodSecurityGuard(name, allowPrivileged string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	// Creation only: a pod's security context, volumes and containers cannot
+	// change afterwards (only images and ephemeral containers can, and the
+	// agent's Role has no pods/ephemeralcontainers), so checking updates
+	// would add nothing but stop image changes of pods made before the
+	// Cluster's level was raised.
+	return clusterParamGuard(name, admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}, podSecurityVariables(allowPrivileged), podSecurityValidations())
+}
+
+// clusterParamGuard is a policy named name for the agents' writes that rule
+// matches, with the Clusters of the request's namespace as its parameters,
+// and its binding. Every Cluster of the namespace is a param and each must
+// pass; the variables sa (the agent's ServiceAccount name) and mine (this
+// param is the agent's own Cluster) come first, then vars.
+func clusterParamGuard(name string, rule admissionregistrationv1.RuleWithOperations, vars []admissionregistrationv1.Variable, validations []admissionregistrationv1.Validation) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1beta1.LabelManagedBy: v1beta1.ManagedByValue}},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: v1beta1.GroupVersion.String(), Kind: "Cluster"},
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				// Creation only: a pod's security context, volumes and
-				// containers cannot change afterwards (only images and
-				// ephemeral containers can, and the agent's Role has no
-				// pods/ephemeralcontainers), so checking updates would add
-				// nothing but stop image changes of pods made before the
-				// Cluster's level was raised.
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-				},
-			}}},
+			FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
+			ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: v1beta1.GroupVersion.String(), Kind: "Cluster"},
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: rule}}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "made-by-a-k3k-agent",
 				Expression: "request.userInfo.username.matches('" + agentUserPattern + "')",
 			}},
-			Variables:   podSecurityVariables(allowPrivileged),
-			Validations: podSecurityValidations(),
+			Variables: append([]admissionregistrationv1.Variable{
+				// system:serviceaccount:<ns>:k3k-<cluster>-kubelet
+				{Name: "sa", Expression: "request.userInfo.username.split(':')[3]"},
+				{Name: "mine", Expression: "params.metadata.name == variables.sa.substring(4, size(variables.sa) - 8)"},
+			}, vars...),
+			Validations: validations,
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
@@ -367,9 +377,6 @@ func DesiredAgentPodSecurityGuard(name, allowPrivileged string) (*admissionregis
 func podSecurityVariables(allowPrivileged string) []admissionregistrationv1.Variable {
 	return []admissionregistrationv1.Variable{
 		{Name: "pod", Expression: "!has(request.subResource) && object != null"},
-		// system:serviceaccount:<ns>:k3k-<cluster>-kubelet
-		{Name: "sa", Expression: "request.userInfo.username.split(':')[3]"},
-		{Name: "mine", Expression: "params.metadata.name == variables.sa.substring(4, size(variables.sa) - 8)"},
 		// Every Cluster of the namespace is a param and each must pass: another
 		// cluster's param holds the agent to baseline, so an agent whose own
 		// Cluster is gone (its ServiceAccount not yet collected) or is not

@@ -12,13 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
-	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // podSecurityGuard installs the Pod Security guard (allowPrivileged as the
@@ -48,12 +46,7 @@ func installPodSecurityGuard(t *testing.T, suffix, ns, allowPrivileged string, c
 			_ = k8s.Delete(context.Background(), obj)
 		}
 	})
-	cfg := rest.CopyConfig(restConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":" + layout.AgentName(c.Name),
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-	}
-	return kubernetes.NewForConfigOrDie(cfg)
+	return agentClient(c)
 }
 
 // hostPod is a host pod as the agent makes one, changed by change.
@@ -213,17 +206,12 @@ func TestAgentPodSecurityGuard(t *testing.T) {
 	other.Name, other.Namespace = "strict", ns
 	other.Spec.PodSecurityLevel = v1beta1.PodSecurityRestricted
 	t.Run("a restricted cluster's agent is refused root with privilege escalation", func(t *testing.T) {
-		cfg := rest.CopyConfig(restConfig)
-		cfg.Impersonate = rest.ImpersonationConfig{
-			UserName: "system:serviceaccount:" + ns + ":" + layout.AgentName(other.Name),
-			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-		}
 		for _, obj := range []client.Object{other, DesiredAgentServiceAccount(other), DesiredAgentRoleBinding(other, "k3k-agent-"+ns)} {
 			if err := k8s.Create(ctx, obj); err != nil {
 				t.Fatalf("creating %s: %v", obj.GetName(), err)
 			}
 		}
-		strict := kubernetes.NewForConfigOrDie(cfg)
+		strict := agentClient(other)
 		waitForLevel(t, strict, ns, rootWithEscalation, true)
 		_, err := strict.CoreV1().Pods(ns).Create(ctx, hostPod("r1-shop-0123456789", rootWithEscalation), metav1.CreateOptions{})
 		for _, want := range []string{"must meet Pod Security level restricted", "for cluster strict"} {

@@ -67,10 +67,11 @@ type Syncer struct {
 	// that a refusal is said once, not on every reconcile; the entry goes
 	// when the pod's images are acceptable again.
 	imageRefusals sync.Map
-	// copyRefusals holds "pod UID/kind/name" of the copies (ConfigMaps,
-	// Secrets) the host refused for a pod, so that each refusal is said
-	// once on the pod; the entry goes when that copy is written.
-	copyRefusals sync.Map
+	// copyRefusals holds, by pod key, the last refused copy (ConfigMap,
+	// Secret) said on the pod, so that a refusal is said once, not on every
+	// retry; the entry goes when the pod's copies are written or the pod is
+	// gone.
+	copyRefusals syncloop.Said
 }
 
 type written struct {

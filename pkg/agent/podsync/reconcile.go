@@ -343,6 +343,14 @@ func (r *run) imageRefusalSaid(key string, vpod *corev1.Pod) bool {
 // virtual cluster is skipped: the host kubelet then waits for it, as the
 // virtual one would.
 func (r *run) syncCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
+	if err := r.writeCopies(ctx, vpod, hpod); err != nil {
+		return err
+	}
+	r.copyRefusals.Forget(vpod.Namespace + "/" + vpod.Name)
+	return nil
+}
+
+func (r *run) writeCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	refs := translate.PodRefs(&vpod.Spec)
 	for _, n := range refs.ConfigMaps {
 		v, err := r.vCMs.ConfigMaps(vpod.Namespace).Get(n)
@@ -391,16 +399,13 @@ func (r *run) syncCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
 // namespace's ResourceQuota on configmaps or secrets is full, an admission
 // policy) is said once on the virtual pod as a Warning Event: the pod waits
 // for its volumes, and the tenant cannot see the host's answer otherwise.
-// The write is retried like any failed one.
+// The write is retried like any failed one. syncCopies stops at the first
+// failed copy, so one record per pod is enough.
 func (r *run) copied(ctx context.Context, vpod *corev1.Pod, what string, err error) error {
-	key := string(vpod.UID) + "/" + what
-	if err == nil {
-		r.copyRefusals.Delete(key)
-		return nil
-	}
 	if apierrors.IsForbidden(err) {
-		if _, seen := r.copyRefusals.LoadOrStore(key, true); !seen {
-			r.event(ctx, vpod, translate.ReasonCopyForbidden, "the host refused the copy of "+what+" (the pod waits for it): "+apiMessage(err))
+		message := "the host refused the copy of " + what + " (the pod waits for it): " + apiMessage(err)
+		if r.copyRefusals.First(vpod.Namespace+"/"+vpod.Name, vpod.UID, message) {
+			r.event(ctx, vpod, translate.ReasonCopyForbidden, message)
 		}
 	}
 	return err
@@ -483,6 +488,8 @@ func (r *run) issueTokens(ctx context.Context, vpod *corev1.Pod, id translate.Id
 func (r *run) forget(ns, name string) {
 	secret := r.tr.HostName(translate.KindPodIdentity, ns, name)
 	r.progress.Forget(ns + "/" + name)
+	r.imageRefusals.Delete(ns + "/" + name)
+	r.copyRefusals.Forget(ns + "/" + name)
 	r.admitMu.Lock()
 	delete(r.admitted, ns+"/"+name)
 	r.admitMu.Unlock()
