@@ -421,6 +421,7 @@ func TestTenantIsolationDefaults(t *testing.T) {
 			{"certificate", `"login.example.com" is not a hostname this cluster may claim`},
 			{"catchall", "a default backend would answer for every hostname"},
 			{"hostless", "a rule without a host would answer for every hostname"},
+			{"wildcardcert", "a TLS entry without hosts would serve its certificate for every hostname"},
 		}
 		ingress("steal", func(s *networkingv1.IngressSpec) { s.Rules[0].Host = "bank.example.com" })
 		ingress("certificate", func(s *networkingv1.IngressSpec) {
@@ -428,6 +429,8 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		})
 		ingress("catchall", func(s *networkingv1.IngressSpec) { s.DefaultBackend, s.Rules = &toWeb, nil })
 		ingress("hostless", func(s *networkingv1.IngressSpec) { s.Rules[0].Host = "" })
+		// A TLS entry's hosts default to the controller's wildcard.
+		ingress("wildcardcert", func(s *networkingv1.IngressSpec) { s.TLS = []networkingv1.IngressTLS{{SecretName: "shop-tls"}} })
 
 		eventually(t, time.Minute, "the host copy of Ingress own", func(ctx context.Context) (bool, error) {
 			list, err := host.NetworkingV1().Ingresses(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=" + v.name + ",k3k.io/virtual-namespace=" + ns})

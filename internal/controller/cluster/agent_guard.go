@@ -250,9 +250,10 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 		{
 			// The hostnames themselves are the Cluster's to allow:
 			// DesiredAgentIngressGuard.
-			Expression: "!variables.ingress || (!has(object.spec.defaultBackend) && (!has(object.spec.rules) || object.spec.rules.all(r, has(r.host) && r.host != '')))",
-			Message:    "an Ingress made by a k3k agent may not answer for every hostname of the host's ingress controller: no default backend, and a host on every rule",
-			Reason:     forbidden,
+			Expression: "!variables.ingress || (!has(object.spec.defaultBackend) && (!has(object.spec.rules) || object.spec.rules.all(r, has(r.host) && r.host != '')) && " +
+				"(!has(object.spec.tls) || object.spec.tls.all(t, has(t.hosts) && size(t.hosts) > 0)))",
+			Message: "an Ingress made by a k3k agent may not answer for every hostname of the host's ingress controller: no default backend, a host on every rule and hosts on every TLS entry",
+			Reason:  forbidden,
 		},
 		{
 			Expression: "!variables.ingress || !has(object.metadata.annotations) || object.metadata.annotations.all(k, k.startsWith('k3k.io/'))",

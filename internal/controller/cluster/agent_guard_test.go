@@ -178,7 +178,7 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 					Path: "/", PathType: &prefix,
 					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: ownSvc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
 				}}}}}},
-				TLS: []networkingv1.IngressTLS{{SecretName: ownSecret}},
+				TLS: []networkingv1.IngressTLS{{Hosts: []string{"shop.example.com"}, SecretName: ownSecret}},
 			},
 		}
 		if change != nil {
@@ -339,6 +339,9 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		}, "may not answer for every hostname of the host's ingress controller"},
 		{"an Ingress rule without a host", func() error {
 			return createIngress(ing("g-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.Rules[0].Host = "" }))
+		}, "may not answer for every hostname of the host's ingress controller"},
+		{"an Ingress TLS entry without hosts (the controller's wildcard)", func() error {
+			return createIngress(ing("i-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.TLS[0].Hosts = nil }))
 		}, "may not answer for every hostname of the host's ingress controller"},
 		{"an Ingress serving the cluster token as its certificate", func() error {
 			return createIngress(ing("b-shop-0a1b2c3d4e", func(i *networkingv1.Ingress) { i.Spec.TLS[0].SecretName = n.Token }))

@@ -31,8 +31,10 @@ const (
 //     or a TLS entry: the host's ingress controller serves every tenant and
 //     the host's own sites, and the first Ingress to claim a name (or a TLS
 //     certificate for it) takes its traffic;
-//   - a rule without a host, and a default backend: both answer for every
-//     name the controller serves that no other Ingress claims.
+//   - a rule without a host, a default backend, and a TLS entry without
+//     hosts (its hosts default to the controller's wildcard): they answer,
+//     or serve their certificate, for every name the controller serves that
+//     no other Ingress claims.
 //
 // Annotations are never copied, so there is nothing to refuse in them: they
 // configure the host's ingress controller (ingress-nginx's *-snippet
@@ -59,6 +61,9 @@ func (t *Translator) IngressProblems(v *networkingv1.Ingress) []string {
 		}
 	}
 	for i, tls := range v.Spec.TLS {
+		if len(tls.Hosts) == 0 {
+			r = append(r, fmt.Sprintf("spec.tls[%d]: a TLS entry without hosts would serve its certificate for every hostname of the host's ingress controller", i))
+		}
 		for j, h := range tls.Hosts {
 			if !IngressHostAllowed(t.cfg.IngressHosts, h) {
 				r = append(r, fmt.Sprintf("spec.tls[%d].hosts[%d] %q is not a hostname this cluster may claim (%s)", i, j, h, allowed))

@@ -22,7 +22,7 @@ func tenantIngress() *networkingv1.Ingress {
 		},
 		Spec: networkingv1.IngressSpec{
 			IngressClassName: ptr.To("public"),
-			TLS:              []networkingv1.IngressTLS{{Hosts: []string{"shop.example.com", "*.eu.shop.example.com"}, SecretName: "shop-tls"}, {SecretName: "shop-tls"}},
+			TLS:              []networkingv1.IngressTLS{{Hosts: []string{"shop.example.com", "*.eu.shop.example.com"}, SecretName: "shop-tls"}, {Hosts: []string{"api.shop.example.com"}, SecretName: "shop-tls"}},
 			Rules: []networkingv1.IngressRule{{
 				Host: "shop.example.com",
 				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
@@ -117,6 +117,8 @@ func TestHostIngressRefusesAttacks(t *testing.T) {
 			`spec.rules[1].host "evilshop.example.com"`},
 		{"a wildcard wider than the allowed one", func(i *networkingv1.Ingress) { i.Spec.Rules[1].Host = "*.example.com" },
 			`spec.rules[1].host "*.example.com"`},
+		{"a TLS entry without hosts (the controller's wildcard)", func(i *networkingv1.Ingress) { i.Spec.TLS[1].Hosts = nil },
+			"spec.tls[1]: a TLS entry without hosts would serve its certificate for every hostname"},
 		{"a TLS certificate for someone else's name", func(i *networkingv1.Ingress) { i.Spec.TLS[0].Hosts = append(i.Spec.TLS[0].Hosts, "login.example.com") },
 			`spec.tls[0].hosts[2] "login.example.com"`},
 	}
