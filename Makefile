@@ -1,14 +1,15 @@
 # k3k — make help lists the targets.
 #
-# Pinned tool versions (each built from its Go module, see hack/tools/*/go.mod):
+# Pinned tool versions (built from this module's go.mod, its tool directives, or
+# from their own module, hack/tools/*/go.mod):
 #   Go                1.26 (go.mod)
 #   kube-apiserver    v1.34.2  (hack/tools/kube)     — envtest and the e2e host cluster
-#   etcd              v3.6.16  (hack/tools/etcd)     — envtest storage
-#   controller-gen    v0.20.0  (hack/tools/controller-gen)
-#   helm              v3.22.0  (hack/tools/helm)     — chart tests
+#   etcd              v3.7.3   (go.mod, hack/tools/_main/etcd) — envtest storage
+#   controller-gen    v0.20.0  (go.mod tool)
+#   helm              v3.22.0  (go.mod tool)         — chart tests
 #   staticcheck       v0.8.2   (hack/tools/staticcheck)
 #   actionlint        v1.7.12  (hack/tools/actionlint)  — .github/workflows in make verify
-#   coredns           v1.14.7  (hack/tools/coredns)  — the e2e host cluster's DNS
+#   coredns           v1.14.7  (go.mod, hack/tools/_main/coredns) — the e2e host cluster's DNS
 #   k3s               v1.34.3+k3s1 (../shared/k3s/k3s-4035a25a.tar.gz, hack/k3s.sh) — the e2e server
 #   Libraries: controller-runtime v0.25.2, client-go v0.37.0, kine v0.17.5,
 #   etcd server/client v3.7.3 (go.mod).

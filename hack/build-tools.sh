@@ -20,9 +20,16 @@ mkdir -p "$dest"
 exec 8>"$dest/.build-tools.lock"
 flock -n 8 || { echo "build-tools: another build into $dest runs: waiting for it" >&2; flock 8; }
 
-# stamp MODDIR LDFLAGS: the content hash of the module that pins a binary and
-# of how it is linked, so a change of either rebuilds it.
-stamp() { { cat "$1/go.mod" "$1/go.sum"; echo "$2"; } | sha256sum | cut -c1-16; }
+# stamp MODDIR LDFLAGS PKG: the content hash of the module that pins a binary,
+# of how it is linked and, for a package of ours (./…), of its source, so a
+# change of any rebuilds it. A tool of this module is relinked whenever go.mod
+# changes; its packages come from the build cache, so that costs seconds.
+stamp() {
+  {
+    cat "$1/go.mod" "$1/go.sum"; echo "$2"
+    case "$3" in ./*) cat "$1/$3"/*.go ;; esac
+  } | sha256sum | cut -c1-16
+}
 
 # kube_ldflags MODDIR: the version stamps Kubernetes' own build
 # (hack/lib/version.sh) links into its binaries, for the k8s.io/kubernetes
@@ -48,13 +55,17 @@ kube_ldflags() {
 
 for cmd in "$@"; do
   case "$cmd" in
-    etcd) moddir=$root/hack/tools/etcd; pkg=. ;;
-    controller-gen) moddir=$root/hack/tools/controller-gen; pkg=sigs.k8s.io/controller-tools/cmd/controller-gen ;;
+    # Built from this module (its go.mod's tool directives): they share the
+    # Kubernetes, etcd and gRPC packages our own code compiles, at the same
+    # versions and flags, so a cold machine compiles them once, not once per
+    # tool module (docs/e2e.md, "CI time").
+    etcd) moddir=$root; pkg=./hack/tools/_main/etcd ;;
+    coredns) moddir=$root; pkg=./hack/tools/_main/coredns ;;
+    controller-gen) moddir=$root; pkg=sigs.k8s.io/controller-tools/cmd/controller-gen ;;
+    helm) moddir=$root; pkg=helm.sh/helm/v3/cmd/helm ;;
     staticcheck) moddir=$root/hack/tools/staticcheck; pkg=honnef.co/go/tools/cmd/staticcheck ;;
     actionlint) moddir=$root/hack/tools/actionlint; pkg=github.com/rhysd/actionlint/cmd/actionlint ;;
-    helm) moddir=$root/hack/tools/helm; pkg=helm.sh/helm/v3/cmd/helm ;;
     netpol) moddir=$root/hack/tools/netpol; pkg=. ;;
-    coredns) moddir=$root/hack/tools/coredns; pkg=. ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl)
       moddir=$root/hack/tools/kube; pkg=k8s.io/kubernetes/cmd/$cmd ;;
     *) echo "build-tools: unknown command $cmd" >&2; exit 2 ;;
@@ -65,7 +76,7 @@ for cmd in "$@"; do
   if [ "$moddir" = "$root/hack/tools/kube" ]; then
     ldflags+=$(kube_ldflags "$moddir")
   fi
-  want=$(stamp "$moddir" "$ldflags")
+  want=$(stamp "$moddir" "$ldflags" "$pkg")
   if [ -x "$dest/$cmd" ] && [ "$(cat "$dest/.$cmd.stamp" 2>/dev/null)" = "$want" ]; then
     continue
   fi

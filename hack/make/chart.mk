@@ -4,7 +4,7 @@ HELM := $(TOOLS_DIR)/helm
 
 .PHONY: helm chart-lint chart-test cli-test
 
-helm: ## Build helm from its Go module (hack/tools/helm) into TOOLS_DIR
+helm: ## Build helm (a tool directive of go.mod) into TOOLS_DIR
 	hack/build-tools.sh $(TOOLS_DIR) helm
 
 chart-lint: helm ## helm lint --strict charts/k3k

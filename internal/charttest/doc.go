@@ -5,6 +5,6 @@
 // against freshly generated ones. It has no code of its own: the chart is the
 // product, these tests are its checks.
 //
-// helm is built from its Go module at a pinned version (hack/tools/helm) by
+// helm is built at the version go.mod pins (its tool directive) by
 // `make helm`; a missing binary fails the tests with that hint.
 package charttest

@@ -21,7 +21,7 @@ import (
 	"github.com/k3k-io/k3k/internal/testenv"
 )
 
-// The suite runs the helm binary built from hack/tools/helm and one
+// The suite runs the helm binary built from go.mod's tool directive and one
 // kube-apiserver with etcd (envtest, binaries built from source). The chart's
 // CRD is installed by the tests themselves, from the chart.
 var (
