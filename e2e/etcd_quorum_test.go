@@ -25,26 +25,33 @@ import (
 )
 
 // Scenario c: 3 → 1 → 3 twice with the volumes of the removed members kept →
-// three healthy voters each time, no datastore restart, no set-aside data dir
-// left (defect 5).
-func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
-	t.Parallel()
-	v, crc, members, w := etcdClusterWithWorkload(t, "bounce")
+// three healthy voters each time, server-0 the same member throughout, no
+// datastore restart, no set-aside data dir left (defect 5). TestEtcdHA runs
+// it as its last step, on its cluster (it had one of its own).
+func scaleThreeOneThreeTwice(t *testing.T, v *vcluster, crc client.Client, members map[string]string, w workload) {
+	t.Helper()
+	first := fmt.Sprintf("k3k-%s-server-0", v.name)
 	for round := 1; round <= 2; round++ {
 		start := time.Now()
 		setServers(t, crc, v, 1)
 		one := waitMembers(t, crc, v, 1, 10*time.Minute)
+		if one[first] != members[first] {
+			t.Fatalf("round %d: after scaling down the members are %v, want %s (%s) alone", round, one, first, members[first])
+		}
 		eventually(t, 5*time.Minute, "one server pod", func(ctx context.Context) (bool, error) {
-			pods, err := host.CoreV1().Pods(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=bounce,k3k.io/component=server"})
+			pods, err := host.CoreV1().Pods(v.namespace).List(ctx, metav1.ListOptions{LabelSelector: "k3k.io/cluster=" + v.name + ",k3k.io/component=server"})
 			return err == nil && len(pods.Items) == 1, err
 		})
+		serving(t, v.client, 3*time.Minute)
+		w.check(t, v.client)
 		t.Logf("scenario c round %d: 3 → 1 after %s; members %v → %v", round, time.Since(start).Round(time.Second), members, one)
 		start = time.Now()
 		setServers(t, crc, v, 3)
 		three := waitMembers(t, crc, v, 3, 15*time.Minute)
 		serving(t, v.client, 5*time.Minute)
 		t.Logf("scenario c round %d: 1 → 3 after %s; members %v → %v", round, time.Since(start).Round(time.Second), one, three)
-		for _, name := range []string{"k3k-bounce-server-1", "k3k-bounce-server-2"} {
+		for _, i := range []int{1, 2} {
+			name := fmt.Sprintf("k3k-%s-server-%d", v.name, i)
 			p := getPod(t, v, name)
 			if cs := containerStatus(p, "datastore"); cs == nil || cs.RestartCount != 0 {
 				t.Errorf("round %d: %s's datastore restarted (%+v): it must wait to be added, not crash", round, name, cs)
@@ -67,14 +74,14 @@ func TestEtcdRecoveryScaleThreeOneThreeTwice(t *testing.T) {
 
 // Scenario d: two of three volumes are lost → the status says quorum is lost
 // and why; `k3kcli cluster recover` brings the API back with every object the
-// surviving member had.
-func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
-	t.Parallel()
-	v, crc, before, w := etcdClusterWithWorkload(t, "lost")
-
+// surviving member had. It runs after scenario a, on its cluster
+// (TestEtcdRecoveryReplacedMemberThenQuorumLoss).
+func quorumLossRecovered(t *testing.T, v *vcluster, crc client.Client, before map[string]string, w workload) {
+	t.Helper()
+	survivor := fmt.Sprintf("k3k-%s-server-0", v.name)
 	lostAt := time.Now()
-	for _, name := range []string{"k3k-lost-server-1", "k3k-lost-server-2"} {
-		deletePodAndVolume(t, v, getPod(t, v, name))
+	for _, i := range []int{1, 2} {
+		deletePodAndVolume(t, v, getPod(t, v, fmt.Sprintf("k3k-%s-server-%d", v.name, i)))
 	}
 	var why string
 	eventually(t, 5*time.Minute, "the status to say quorum is lost", func(ctx context.Context) (bool, error) {
@@ -95,7 +102,7 @@ func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
 		}
 		h := meta.FindStatusCondition(c.Status.Conditions, "EtcdHealthy")
 		why = h.Message
-		return strings.Contains(h.Message, "k3k-lost-server-0") && strings.Contains(h.Message, "cannot reach a quorum"), nil
+		return strings.Contains(h.Message, survivor) && strings.Contains(h.Message, "cannot reach a quorum"), nil
 	})
 	t.Logf("scenario d: quorum lost said %s after the volumes were lost; status: %s", time.Since(lostAt).Round(time.Second), why)
 
@@ -104,8 +111,8 @@ func TestEtcdRecoveryFromQuorumLoss(t *testing.T) {
 	after := waitMembers(t, crc, v, 3, 20*time.Minute)
 	serving(t, v.client, 5*time.Minute)
 	t.Logf("scenario d: recovered, healthy with 3 members after %s; members %v → %v", time.Since(start).Round(time.Second), before, after)
-	if after["k3k-lost-server-0"] != before["k3k-lost-server-0"] {
-		t.Fatalf("the survivor changed from %s to %s", before["k3k-lost-server-0"], after["k3k-lost-server-0"])
+	if after[survivor] != before[survivor] {
+		t.Fatalf("the survivor changed from %s to %s", before[survivor], after[survivor])
 	}
 	c := &v1beta1.Cluster{}
 	if err := crc.Get(context.Background(), client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {

@@ -23,17 +23,34 @@ import (
 )
 
 // The scenarios of issue 16 (etcd HA: no needless removals, no stuck pods
-// under quorum loss, a way back from it), each on its own 3-server cluster.
-// Each logs the time to healthy and the member IDs before and after.
+// under quorum loss, a way back from it), on three 3-server clusters: a then
+// d on one, b on its own (it stops the controller), c as TestEtcdHA's last
+// step. Each logs the time to healthy and the member IDs before and after.
+
+// TestEtcdRecoveryReplacedMemberThenQuorumLoss runs scenarios a and d on one
+// cluster (they had one each): a ends with three healthy members, one of them
+// replaced, which is where d starts. d does not run when a failed: on a
+// cluster in an unknown state its failures would explain nothing.
+func TestEtcdRecoveryReplacedMemberThenQuorumLoss(t *testing.T) {
+	t.Parallel()
+	v, crc, members, w := etcdClusterWithWorkload(t, "repl")
+	if !t.Run("a: a member whose volume is lost is replaced once, and a 10 s pause replaces nothing", func(t *testing.T) {
+		members = replacedMemberSurvivesAPause(t, v, crc, members, w)
+	}) {
+		return
+	}
+	t.Run("d: two of three volumes lost, the status says so, and k3kcli cluster recover brings every object back", func(t *testing.T) {
+		quorumLossRecovered(t, v, crc, members, w)
+	})
+}
 
 // Scenario a: a member's PVC and pod are deleted → the member is replaced once;
 // then its datastore process is stopped for 10 s (SIGSTOP/SIGCONT from the
-// node) → the same member ID, no second replacement (defect 1).
-func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
-	t.Parallel()
-	v, crc, before, w := etcdClusterWithWorkload(t, "repl")
-
-	pod := "k3k-repl-server-2"
+// node) → the same member ID, no second replacement (defect 1). It returns
+// the members (name → ID) after.
+func replacedMemberSurvivesAPause(t *testing.T, v *vcluster, crc client.Client, before map[string]string, w workload) map[string]string {
+	t.Helper()
+	pod := fmt.Sprintf("k3k-%s-server-2", v.name)
 	old := getPod(t, v, pod)
 	start := time.Now()
 	reports := watchTerminations(t, v, pod, "datastore")
@@ -44,7 +61,7 @@ func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
 	if replaced[pod] == before[pod] {
 		t.Fatalf("%s kept member ID %s with an empty volume", pod, before[pod])
 	}
-	for _, other := range []string{"k3k-repl-server-0", "k3k-repl-server-1"} {
+	for _, other := range []string{fmt.Sprintf("k3k-%s-server-0", v.name), fmt.Sprintf("k3k-%s-server-1", v.name)} {
 		if replaced[other] != before[other] {
 			t.Fatalf("%s changed from %s to %s", other, before[other], replaced[other])
 		}
@@ -113,6 +130,7 @@ func TestEtcdRecoveryReplacedMemberSurvivesAPause(t *testing.T) {
 	stable(t, crc, v, replaced, time.Minute)
 	serving(t, v.client, 3*time.Minute)
 	w.check(t, v.client)
+	return after
 }
 
 // watchTerminations polls the named pod every second until the test ends or
