@@ -40,12 +40,16 @@ import (
 //	                    default "ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
 //	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 3;
 //	                    more for a measurement)
+//	E2E_BOOTSTRAP_COMPARE=1 TestBootstrapLockAfterDeletionDuringFirstStart also times
+//	                    what it asserts nothing on, for a measurement: k3s killed holding
+//	                    its lock and restarted in place, and normal restarts
 type config struct {
 	hostKubeconfig string // a copy of KUBECONFIG whose server is E2E_HOST_SERVER
 	k3kcli         string
 	nodeIP         string
 	ctr            []string
 	rounds         int
+	compare        bool // E2E_BOOTSTRAP_COMPARE
 	workDir        string
 }
 
@@ -142,6 +146,7 @@ func setup(m *testing.M) (int, error) {
 			return 0, fmt.Errorf("E2E_RECOVERY_ROUNDS=%q is not a positive number", r)
 		}
 	}
+	cfg.compare = os.Getenv("E2E_BOOTSTRAP_COMPARE") == "1"
 	code := m.Run()
 	deleteShared(code)
 	return code, nil
