@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -448,6 +449,34 @@ func dumpPod(t *testing.T, v *vcluster) {
 			t.Logf("  %s logs before its last restart (err %v):\n%s", c, err, logs)
 		}
 	}
+	dumpEvents(t, v.namespace)
+}
+
+// dumpEvents logs the newest host events of namespace ns: what the scheduler,
+// the kubelet, the StatefulSet controller and the k3k controller said.
+func dumpEvents(t *testing.T, ns string) {
+	list, err := host.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("events of %s: %v", ns, err)
+		return
+	}
+	evs := list.Items
+	// Events written through events/v1 carry EventTime only.
+	at := func(e *corev1.Event) time.Time {
+		if e.LastTimestamp.IsZero() {
+			return e.EventTime.Time
+		}
+		return e.LastTimestamp.Time
+	}
+	sort.Slice(evs, func(i, j int) bool { return at(&evs[i]).Before(at(&evs[j])) })
+	if len(evs) > 25 {
+		evs = evs[len(evs)-25:]
+	}
+	t.Logf("the last %d events of %s:", len(evs), ns)
+	for i := range evs {
+		e := &evs[i]
+		t.Logf("  %s %s %s %s/%s (x%d): %s", at(e).Format(time.TimeOnly), e.Type, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Count, e.Message)
+	}
 }
 
 // getPod reads a host pod of the virtual cluster's namespace.
@@ -460,19 +489,50 @@ func getPod(t *testing.T, v *vcluster, name string) *corev1.Pod {
 	return p
 }
 
-// waitPodReplaced waits for a ready pod of old's name with another UID.
+// waitPodReplaced waits for a ready pod of old's name with another UID. On
+// timeout it says what it saw last: the old pod still terminating, or the new
+// one and where its containers were.
 func waitPodReplaced(t *testing.T, v *vcluster, old *corev1.Pod, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var fresh *corev1.Pod
 	eventually(t, timeout, "a new ready "+old.Name, func(ctx context.Context) (bool, error) {
 		p, err := host.CoreV1().Pods(v.namespace).Get(ctx, old.Name, metav1.GetOptions{})
-		if err != nil || p.UID == old.UID || !podReady(p) {
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, errors.New("no pod (the old one is gone, no new one yet)")
+		case err != nil:
 			return false, err // the last error is reported on timeout
+		case p.UID == old.UID:
+			return false, fmt.Errorf("still the old pod (deleting since %v)", p.DeletionTimestamp)
+		case !podReady(p):
+			return false, fmt.Errorf("new pod not ready: %s", podState(p))
 		}
 		fresh = p
 		return true, nil
 	})
 	return fresh
+}
+
+// podState is a one-line account of p: its phase and each container's state
+// and restarts.
+func podState(p *corev1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %s", p.Status.Phase)
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, cs := range list {
+			state := "waiting"
+			switch {
+			case cs.State.Running != nil:
+				state = "running"
+			case cs.State.Terminated != nil:
+				state = fmt.Sprintf("terminated (%s, exit %d)", cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
+			case cs.State.Waiting != nil:
+				state = fmt.Sprintf("waiting (%s)", cs.State.Waiting.Reason)
+			}
+			fmt.Fprintf(&b, "; %s %s, ready %v, %d restarts", cs.Name, state, cs.Ready, cs.RestartCount)
+		}
+	}
+	return b.String()
 }
 
 // createVirtualPod creates p in the virtual cluster v, in p's namespace, once

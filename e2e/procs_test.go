@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -128,4 +130,68 @@ func cmdline(pid int) string {
 		s = s[:40] + "…"
 	}
 	return s
+}
+
+// stopProcessAtStart waits for a process named comm to appear in one of the
+// containers of pod podUID and stops it (SIGSTOP) the moment it is seen, before
+// it has done more than a few milliseconds of its work. It returns the PID and
+// the container's ID (its cgroup's name). It polls the node's cgroups (the
+// pids hierarchy of cgroup v1, or v2's single one) every 5ms, from before the
+// pod's cgroup exists.
+func stopProcessAtStart(podUID, comm string, timeout time.Duration) (int, string, error) {
+	root := "/sys/fs/cgroup/pids"
+	if _, err := os.Stat(root); err != nil {
+		root = "/sys/fs/cgroup"
+	}
+	uidForms := []string{podUID, strings.ReplaceAll(podUID, "-", "_")}
+	deadline := time.Now().Add(timeout)
+	podDir := ""
+	for ; time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if podDir == "" {
+			_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || !d.IsDir() {
+					return nil
+				}
+				for _, u := range uidForms {
+					if strings.Contains(d.Name(), u) {
+						podDir = path
+						return fs.SkipAll
+					}
+				}
+				return nil
+			})
+			continue
+		}
+		containers, err := os.ReadDir(podDir)
+		if err != nil {
+			continue // not yet, or being made
+		}
+		for _, c := range containers {
+			if !c.IsDir() {
+				continue
+			}
+			data, err := os.ReadFile(filepath.Join(podDir, c.Name(), "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(data)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					continue
+				}
+				name, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				if err != nil || strings.TrimSpace(string(name)) != comm {
+					continue
+				}
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					return 0, "", fmt.Errorf("stopping %s (pid %d): %w", comm, pid, err)
+				}
+				return pid, c.Name(), nil
+			}
+		}
+	}
+	if podDir == "" {
+		return 0, "", fmt.Errorf("no cgroup of pod %s on this node within %s", podUID, timeout)
+	}
+	return 0, "", fmt.Errorf("no process %q in the containers of pod %s (%s) within %s", comm, podUID, podDir, timeout)
 }

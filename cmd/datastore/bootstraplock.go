@@ -62,23 +62,24 @@ func firstStartInPod(podDir string) (bool, error) {
 
 // clearStaleBootstrapLocks deletes every empty key under /bootstrap/ through
 // the datastore's etcd API at endpoint, each only if it has not changed since
-// it was read, and returns the keys it deleted. Keys holding data are never
+// it was read, and returns the keys it deleted, and whether any key holds
+// data (k3s stored its bootstrap data once). Keys holding data are never
 // touched. It must only run when no k3s can hold the lock (see above).
-func clearStaleBootstrapLocks(ctx context.Context, endpoint string) ([]string, error) {
+func clearStaleBootstrapLocks(ctx context.Context, endpoint string) (cleared []string, stored bool, err error) {
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the datastore: %w", err)
+		return nil, false, fmt.Errorf("connecting to the datastore: %w", err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := c.Get(ctx, bootstrapPrefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("listing k3s bootstrap keys: %w", err)
+		return nil, false, fmt.Errorf("listing k3s bootstrap keys: %w", err)
 	}
-	var cleared []string
 	for _, kv := range resp.Kvs {
 		if len(kv.Value) != 0 {
+			stored = true
 			continue
 		}
 		key := string(kv.Key)
@@ -88,11 +89,11 @@ func clearStaleBootstrapLocks(ctx context.Context, endpoint string) ([]string, e
 			Else(clientv3.OpGet(key)). // the form kine serves (and k3s uses)
 			Commit()
 		if err != nil {
-			return cleared, fmt.Errorf("deleting the stale k3s bootstrap lock %s: %w", key, err)
+			return cleared, stored, fmt.Errorf("deleting the stale k3s bootstrap lock %s: %w", key, err)
 		}
 		if txn.Succeeded {
 			cleared = append(cleared, key)
 		}
 	}
-	return cleared, nil
+	return cleared, stored, nil
 }

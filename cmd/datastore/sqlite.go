@@ -34,6 +34,7 @@ type sqliteOptions struct {
 	sync           string
 	backend        string
 	podDir         string
+	k3sDataDir     string
 }
 
 func newSQLiteCommand() *cobra.Command {
@@ -45,7 +46,10 @@ func newSQLiteCommand() *cobra.Command {
 
 With --pod-dir, the first start in a pod (before any k3s of the pod can run)
 removes the empty k3s bootstrap lock a server that died during its very first
-start left behind, which would otherwise hold up the next start ~25s.
+start left behind, which would otherwise hold up the next start ~25s; with
+--k3s-data-dir too, and while k3s never stored its bootstrap data, it sets
+aside the certificates such a server left half-written, which would stop
+every later start.
 
 The health address serves /healthz (process up), /readyz (serving and writable)
 and /status (sizes and revisions as JSON); the metrics address serves /metrics.
@@ -64,6 +68,7 @@ the kernel (logged at start), so several instances never collide.`,
 	f.StringVar(&o.sync, "sync", string(sqlite.SyncGroup), `how writes are made durable before they are acknowledged: "group" (shared fsyncs) or "commit" (SQLite fsyncs every commit)`)
 	f.StringVar(&o.backend, "backend", string(sqlite.BackendV2), `what serves the requests on the SQLite file: "v2" (batched writes, watch from the write path) or "kine" (stock kine's backend, the default before v2); both keep the file a standard kine database, so either can be started on the other's file`)
 	f.StringVar(&o.podDir, "pod-dir", "", "a directory that lives as long as the pod (an emptyDir); on the first start in a pod, k3s bootstrap locks left empty by a server that died are removed (single-server pods only); empty: never")
+	f.StringVar(&o.k3sDataDir, "k3s-data-dir", "", "k3s's data dir as mounted in this container; with --pod-dir, on the first start in a pod while k3s never stored its bootstrap data, its server/tls is set aside when a file in it does not parse (k3s died writing it); empty: never")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }
@@ -108,7 +113,7 @@ func runSQLite(ctx context.Context, o sqliteOptions, stderr io.Writer) error {
 	reg.MustRegister(datastore.NewCollector(srv))
 	if o.podDir != "" {
 		// Before /readyz answers, so before this pod's k3s may start.
-		clearStaleLocks(ctx, log, o.podDir, srv.Endpoint())
+		repairFirstStart(ctx, log, o.podDir, o.k3sDataDir, srv.Endpoint())
 	}
 
 	health := &http.Server{Handler: datastore.HealthHandler(srv), ReadHeaderTimeout: 10 * time.Second}
@@ -136,10 +141,13 @@ func runSQLite(ctx context.Context, o sqliteOptions, stderr io.Writer) error {
 	return errors.Join(runErr, closeErr)
 }
 
-// clearStaleLocks removes stale k3s bootstrap locks on the sidecar's first
-// start in the pod (see bootstraplock.go). A failure is logged, not fatal:
-// k3s removes a stale lock by itself, only later.
-func clearStaleLocks(ctx context.Context, log logr.Logger, podDir, endpoint string) {
+// repairFirstStart undoes, on the sidecar's first start in the pod, what a k3s
+// that died during its very first start left behind: its bootstrap lock
+// (bootstraplock.go) and, when k3sDataDir is set and no bootstrap data is
+// stored, certificates it did not finish writing (unfinishedtls.go). Failures
+// are logged, not fatal: k3s removes a stale lock by itself, only later, and
+// broken certificates stay as they were.
+func repairFirstStart(ctx context.Context, log logr.Logger, podDir, k3sDataDir, endpoint string) {
 	first, err := firstStartInPod(podDir)
 	if err != nil {
 		log.Error(err, "not clearing stale k3s bootstrap locks")
@@ -149,12 +157,25 @@ func clearStaleLocks(ctx context.Context, log logr.Logger, podDir, endpoint stri
 		log.Info("restarted within the pod, whose k3s may hold the bootstrap lock; leaving it alone")
 		return
 	}
-	cleared, err := clearStaleBootstrapLocks(ctx, endpoint)
+	cleared, stored, err := clearStaleBootstrapLocks(ctx, endpoint)
 	if err != nil {
 		log.Error(err, "clearing stale k3s bootstrap locks; k3s will time them out itself")
+		return
 	}
 	if len(cleared) > 0 {
 		log.Info("removed the k3s bootstrap lock a server that died during its first start left behind", "keys", cleared)
+	}
+	if stored || k3sDataDir == "" {
+		return
+	}
+	aside, broken, err := setAsideUnfinishedTLS(k3sDataDir, time.Now())
+	if err != nil {
+		log.Error(err, "k3s's certificates from an unfinished first start stay in place", "broken", broken)
+		return
+	}
+	if aside != "" {
+		log.Info("set aside the certificates of a k3s that died writing them on its first start (no bootstrap data stored, so never used); k3s generates new ones",
+			"broken", broken, "movedTo", aside)
 	}
 }
 

@@ -183,6 +183,7 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 		"datastore": {
 			{Name: "data", MountPath: "/var/lib/k3k/datastore", SubPath: "datastore"},
 			{Name: "tmp", MountPath: "/run/k3k-datastore", SubPath: "datastore"},
+			{Name: "data", MountPath: "/var/lib/rancher/k3s", SubPath: "k3s"},
 		},
 		"k3s": {
 			{Name: "data", MountPath: "/var/lib/rancher/k3s", SubPath: "k3s"},
@@ -221,7 +222,7 @@ func TestDesiredStatefulSetPod(t *testing.T) {
 	if diff := cmp.Diff([]string{
 		"/usr/local/bin/datastore", "sqlite", "--data-dir=/var/lib/k3k/datastore",
 		"--listen-address=127.0.0.1:2379", "--health-address=:2381", "--metrics-address=:2382",
-		"--pod-dir=/run/k3k-datastore",
+		"--pod-dir=/run/k3k-datastore", "--k3s-data-dir=/var/lib/rancher/k3s",
 	}, pod.InitContainers[0].Command); diff != "" {
 		t.Errorf("datastore command (-want +got):\n%s", diff)
 	}

@@ -150,6 +150,7 @@ func DatastoreArgs() []string {
 		"--health-address=:" + strconv.Itoa(layout.DatastoreHealthPort),
 		"--metrics-address=:" + strconv.Itoa(layout.DatastoreMetricsPort),
 		"--pod-dir=" + layout.DatastorePodDir,
+		"--k3s-data-dir=" + layout.K3sDataDir,
 	}
 }
 
@@ -223,6 +224,10 @@ func datastoreSidecar(cfg Config) corev1.Container {
 		VolumeMounts: []corev1.VolumeMount{
 			mount(layout.DataVolume, layout.DatastoreDataDir, false, "datastore"),
 			mount(layout.TmpVolume, layout.DatastorePodDir, false, "datastore"),
+			// k3s's own directory, for the first start in a pod to set aside
+			// certificates a k3s that died on its very first start left
+			// half-written (cmd/datastore/unfinishedtls.go).
+			mount(layout.DataVolume, layout.K3sDataDir, false, "k3s"),
 		},
 		SecurityContext: restrictedContext(true),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
