@@ -86,6 +86,27 @@ func (s *StreamWriter) Finish(m Manifest) error {
 	return s.w.Flush()
 }
 
+// TruncatedError is a stream that ended before its manifest: what the reader
+// got was whole, only the rest never came. Through `kubectl exec`'s streams
+// that happens without any error from the exec, under load
+// (kubernetes/kubernetes#124571), so a caller may take the snapshot again.
+type TruncatedError struct {
+	// Size is how many bytes of data arrived whole.
+	Size int64
+	Err  error
+	// beforeManifest: the stream ended between frames, not inside one.
+	beforeManifest bool
+}
+
+func (e *TruncatedError) Error() string {
+	if e.beforeManifest {
+		return fmt.Sprintf("snapshot stream ended before its manifest after %d bytes of data: %v", e.Size, e.Err)
+	}
+	return fmt.Sprintf("snapshot stream cut short after %d bytes of data: %v", e.Size, e.Err)
+}
+
+func (e *TruncatedError) Unwrap() error { return e.Err }
+
 // ReadStream reads a wire stream, writes its data to data and returns its
 // manifest once the data matched the manifest's size and sha256. Anything
 // else — another format, a stream cut short, data that does not match — is
@@ -102,7 +123,7 @@ func ReadStream(r io.Reader, data io.Writer) (Manifest, error) {
 	buf := make([]byte, maxFrame)
 	for {
 		if _, err := io.ReadFull(br, header[:]); err != nil {
-			return Manifest{}, fmt.Errorf("snapshot stream ended before its manifest after %d bytes of data: %w", size, err)
+			return Manifest{}, &TruncatedError{Size: size, Err: err, beforeManifest: true}
 		}
 		n := binary.BigEndian.Uint32(header[1:])
 		switch header[0] {
@@ -111,7 +132,7 @@ func ReadStream(r io.Reader, data io.Writer) (Manifest, error) {
 				return Manifest{}, fmt.Errorf("snapshot stream: data frame of %d bytes", n)
 			}
 			if _, err := io.ReadFull(br, buf[:n]); err != nil {
-				return Manifest{}, fmt.Errorf("snapshot stream cut short after %d bytes of data: %w", size, err)
+				return Manifest{}, &TruncatedError{Size: size, Err: err}
 			}
 			sum.Write(buf[:n])
 			size += int64(n)

@@ -173,7 +173,9 @@ type Source struct {
 // the snapshot itself and check that it opens). It returns the manifest,
 // complete but for the token, once the data matched it.
 func Receive(ctx context.Context, src Source, data *os.File) (snapshot.Manifest, error) {
-	m, err := stream(ctx, src, data)
+	m, err := receive(ctx, func() (remotecommand.Executor, error) {
+		return Executor(src.Config, src.Pod, SidecarCommand(src.Cluster, src.Datastore, src.Pod.Name), false)
+	}, src.Pod, data)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
@@ -190,9 +192,36 @@ func Receive(ctx context.Context, src Source, data *os.File) (snapshot.Manifest,
 	return m, nil
 }
 
-func stream(ctx context.Context, src Source, data io.Writer) (snapshot.Manifest, error) {
-	pod := src.Pod
-	exec, err := Executor(src.Config, pod, SidecarCommand(src.Cluster, src.Datastore, pod.Name), false)
+// streamAttempts bounds how often a snapshot whose stream came cut short
+// while the exec itself reported success is taken again.
+const streamAttempts = 3
+
+// receive takes the snapshot through the executors exec makes, into data, up
+// to streamAttempts times while the stream comes cut short without an error
+// from the exec (kubernetes/kubernetes#124571; seen in the e2e suite under
+// load: the first 64 KiB of a SQLite snapshot of about 670 KiB, exit status 0). Each try starts
+// data over. Any other failure ends it.
+func receive(ctx context.Context, exec func() (remotecommand.Executor, error), pod *corev1.Pod, data *os.File) (snapshot.Manifest, error) {
+	for attempt := 1; ; attempt++ {
+		m, err := stream(ctx, exec, pod, data)
+		var cut *snapshot.TruncatedError
+		if err == nil || !errors.As(err, &cut) || attempt == streamAttempts || ctx.Err() != nil {
+			if err != nil && attempt > 1 {
+				err = fmt.Errorf("%w (try %d of %d)", err, attempt, streamAttempts)
+			}
+			return m, err
+		}
+		if _, err := data.Seek(0, io.SeekStart); err != nil {
+			return snapshot.Manifest{}, err
+		}
+		if err := data.Truncate(0); err != nil {
+			return snapshot.Manifest{}, err
+		}
+	}
+}
+
+func stream(ctx context.Context, newExec func() (remotecommand.Executor, error), pod *corev1.Pod, data io.Writer) (snapshot.Manifest, error) {
+	exec, err := newExec()
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
