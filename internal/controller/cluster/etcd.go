@@ -304,8 +304,13 @@ func (r *Reconciler) reconcileEtcdRecovery(ctx context.Context, c *v1beta1.Clust
 	if request == "" || o.etcd.hold || (c.Status.Datastore != nil && c.Status.Datastore.RecoveryRequest == request) {
 		return false, nil
 	}
+	// Read uncached: whether the request is under way is in the roster this
+	// controller wrote a moment ago, and a cache that has not seen that write
+	// yet (CI of 2026-12-05, a loaded node) made the next reconcile, with the
+	// survivor restarting and nothing answering, refuse the recovery it had
+	// started (the survivor rebuilt the cluster; the status said refused).
 	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).EtcdRoster}, cm)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: layout.NamesFor(c).EtcdRoster}, cm)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("getting etcd member roster: %w", err)
 	}
