@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 
+	"github.com/k3k-io/k3k/pkg/dirwatch"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
 	"github.com/k3k-io/k3k/pkg/layout"
 )
@@ -32,6 +32,11 @@ type Config struct {
 	// Resync is how often Run rereads the file without an event, in case one is lost
 	// and to notice credentials expiring in place. Default one minute.
 	Resync time.Duration
+	// Poll is how often the directory is compared for changes while inotify
+	// cannot watch it (no instance left on the node). Default 1s.
+	Poll time.Duration
+	// WatchOptions change how the directory is watched; tests use them.
+	WatchOptions []dirwatch.Option
 	// MinBackoff and MaxBackoff bound Wait's delay between attempts when no event
 	// arrives. Defaults 100ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
@@ -72,6 +77,9 @@ func New(cfg Config) (*Loader, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = time.Minute
 	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 100 * time.Millisecond
 	}
@@ -102,30 +110,26 @@ func (l *Loader) Status() Status {
 }
 
 // Wait returns the credentials in use, first waiting until the file holds valid
-// ones: it rereads the file on every change to the directory and otherwise with
-// exponential backoff. When ctx ends first, the error says what the file held.
+// ones: it rereads the file on every change to the directory (see dirwatch)
+// and otherwise with exponential backoff. When ctx ends first, the error says
+// what the file held.
 func (l *Loader) Wait(ctx context.Context) (*rest.Config, error) {
 	if cfg := l.Current(); cfg != nil {
 		return cfg, nil
 	}
-	watcher, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, fmt.Errorf("watching %s: %w", l.cfg.Dir, err)
-	}
+	// Watch before reading, so a change between the read and the wait is not lost.
+	watcher := dirwatch.Start(ctx, l.cfg.Dir, l.cfg.Poll, l.cfg.WatchOptions...)
 	defer watcher.Close()
+	watcher.LogMode(logr.FromContextOrDiscard(ctx))
 	delay := l.cfg.MinBackoff
 	for {
-		// Watch before reading, so a change between the read and the wait is not lost.
-		// The mount point exists when the container starts; if not, backoff polls.
-		_ = watcher.Add(l.cfg.Dir)
 		if _, err := l.load(); err == nil {
 			return l.Current(), nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for a valid kubeconfig at %s: %w (last: %v)", l.path, ctx.Err(), l.Status().Err)
-		case <-watcher.Events:
-		case <-watcher.Errors:
+		case <-watcher.C:
 		case <-time.After(delay):
 			delay = min(2*delay, l.cfg.MaxBackoff)
 		}
@@ -134,22 +138,17 @@ func (l *Loader) Wait(ctx context.Context) (*rest.Config, error) {
 
 // Run follows the file until ctx ends, calling OnChange with each new set of valid
 // credentials (including the first, if Wait has not loaded it). It logs refused
-// content's reason with the logger from ctx, never the content. It returns nil when
-// ctx ends, or an error if it cannot watch the directory.
+// content's reason with the logger from ctx, never the content. It returns nil
+// when ctx ends.
 func (l *Loader) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
-	watcher, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watching %s: %w", l.cfg.Dir, err)
-	}
+	watcher := dirwatch.Start(ctx, l.cfg.Dir, l.cfg.Poll, l.cfg.WatchOptions...)
 	defer watcher.Close()
-	if err := watcher.Add(l.cfg.Dir); err != nil {
-		return fmt.Errorf("watching %s: %w", l.cfg.Dir, err)
-	}
 	ticker := time.NewTicker(l.cfg.Resync)
 	defer ticker.Stop()
 	var lastErr string
 	for {
+		watcher.LogMode(log)
 		changed, err := l.load()
 		switch {
 		case err != nil && err.Error() != lastErr:
@@ -167,16 +166,7 @@ func (l *Loader) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case _, ok := <-watcher.Events:
-			if !ok {
-				return errors.New("directory watcher closed")
-			}
-		case err, ok := <-watcher.Errors:
-			if !ok {
-				return errors.New("directory watcher closed")
-			}
-			// Overflow loses events, not state: the reread below catches up.
-			log.Info("directory watch error; rereading", "path", l.cfg.Dir, "error", err.Error())
+		case <-watcher.C:
 		case <-ticker.C:
 		}
 	}

@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/dirwatch"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
 	"github.com/k3k-io/k3k/pkg/layout"
 )
@@ -52,6 +52,11 @@ type Config struct {
 	// that a Secret emptied or recreated by someone else is filled again and a
 	// certificate expiring in place is noticed. Default 30s.
 	Resync time.Duration
+	// Poll is how often the kubeconfig's directory is compared for changes while
+	// inotify cannot watch it (no instance left on the node). Default 1s.
+	Poll time.Duration
+	// WatchOptions change how the directory is watched; tests use them.
+	WatchOptions []dirwatch.Option
 	// Debounce is how long the file must be quiet before it is read. k3s rewrites the
 	// file in place, so reading on the first event would mostly see it half-written.
 	// Default 100ms.
@@ -161,6 +166,9 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
 	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 100 * time.Millisecond
 	}
@@ -193,26 +201,15 @@ func (p *Publisher) Status() Status {
 }
 
 // Run publishes until ctx ends: at start, after the kubeconfig's directory changes
-// (watched, because the file may not exist yet and may be replaced), every Resync,
-// and after a failure with exponential backoff. It logs state changes and failures
-// with the logger from ctx, never file or Secret content. It returns nil when ctx
-// ends, or an error if it cannot watch files at all.
+// (watched, because the file may not exist yet and may be replaced; polled when
+// the kernel grants no inotify instance, see dirwatch), every Resync, and after a
+// failure with exponential backoff. It logs state changes and failures with the
+// logger from ctx, never file or Secret content. It returns nil when ctx ends.
 func (p *Publisher) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
-	watcher, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watching kubeconfig: %w", err)
-	}
+	watcher := dirwatch.Start(ctx, filepath.Dir(p.cfg.KubeconfigPath), p.cfg.Poll, p.cfg.WatchOptions...)
 	defer watcher.Close()
-	dir := filepath.Dir(p.cfg.KubeconfigPath)
-	watching := false
-	watch := func() {
-		// The directory is an emptyDir shared with k3s and normally exists; if not,
-		// Resync polls until it does.
-		if !watching && watcher.Add(dir) == nil {
-			watching = true
-		}
-	}
+	watcher.LogMode(log)
 
 	var (
 		failures int
@@ -225,26 +222,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-watcher.Events:
-			if !ok {
-				return errors.New("kubeconfig watcher closed")
-			}
-			if ev.Name == dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-				watching = false
-			}
-			timer.Reset(p.cfg.Debounce)
-			continue
-		case err, ok := <-watcher.Errors:
-			if !ok {
-				return errors.New("kubeconfig watcher closed")
-			}
-			// Overflow loses events, not state: read the file again now.
-			log.Info("kubeconfig watch error; rereading", "error", err.Error())
+		case <-watcher.C:
 			timer.Reset(p.cfg.Debounce)
 			continue
 		case <-timer.C:
 		}
-		watch()
+		watcher.LogMode(log)
 		res, err := p.Sync(ctx)
 		// Log changes, not every resync.
 		switch {

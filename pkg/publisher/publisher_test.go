@@ -14,9 +14,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -32,6 +34,7 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/testenv"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
+	"github.com/k3k-io/k3k/pkg/dirwatch"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
 	"github.com/k3k-io/k3k/pkg/layout"
 	"github.com/k3k-io/k3k/pkg/publisher"
@@ -45,11 +48,29 @@ import (
 // once and the agent, requesting all along, switches to the new identity without
 // a restart and without a failed request.
 func TestRotationReachesAgents(t *testing.T) {
+	rotationReachesAgents(t, nil)
+}
+
+// TestRotationReachesAgentsWithoutInotify runs the same path on a node whose
+// inotify instances are all taken (CI of 2026-12-05: publishers exited with
+// "too many open files" and their servers never became Ready): the publisher
+// and the agent poll their directories, and nothing else could notice the
+// changes in time (resyncs an hour apart).
+func TestRotationReachesAgentsWithoutInotify(t *testing.T) {
+	noInstance := func() (*fsnotify.Watcher, error) { return nil, syscall.EMFILE }
+	rotationReachesAgents(t, []dirwatch.Option{dirwatch.WithNotify(noInstance)})
+}
+
+func rotationReachesAgents(t *testing.T, watch []dirwatch.Option) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	tn := newTenant(t)
 	tn.writeKubeconfig(t, "admin-1")
-	p := tn.publisher(t, nil)
+	p := tn.publisher(t, func(c *publisher.Config) {
+		if watch != nil {
+			c.WatchOptions, c.Resync = watch, time.Hour
+		}
+	})
 	runPublisher(t, ctx, p, tn)
 
 	vol := &testenv.SecretVolume{Dir: t.TempDir()}
@@ -81,13 +102,17 @@ func TestRotationReachesAgents(t *testing.T) {
 		client    atomic.Pointer[kubernetes.Clientset]
 		changedAt atomic.Int64
 	)
-	loader, err := agentbootstrap.New(agentbootstrap.Config{
+	loaderConfig := agentbootstrap.Config{
 		Dir: vol.Dir,
 		OnChange: func(cfg *rest.Config) {
 			client.Store(virtualClient(t, cfg))
 			changedAt.Store(time.Now().UnixNano())
 		},
-	})
+	}
+	if watch != nil {
+		loaderConfig.WatchOptions, loaderConfig.Resync = watch, time.Hour
+	}
+	loader, err := agentbootstrap.New(loaderConfig)
 	must(t, err)
 	cfg, err := loader.Wait(ctx)
 	must(t, err)
