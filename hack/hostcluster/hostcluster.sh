@@ -222,6 +222,24 @@ EOF
 # port_free PORT: nothing listens on TCP PORT.
 port_free() { ! ss -Hltn "sport = :$1" | grep -q .; }
 
+# raise_inotify_limits sets the node's inotify limits to what a node running
+# many k3s servers needs, as kind's and k3s's guides do, never lowering them.
+# Instances are per user and every root process of the node shares them: a
+# k3s server holds 13 (measured on this node during the e2e suite), so the
+# kernel's default of 128 is gone with nine servers, which the suite runs at
+# once (CI of 2026-12-05). docs/kubeconfig.md has the same advice for users.
+raise_inotify_limits() {
+  local kv key want have
+  for kv in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288; do
+    key=${kv%=*}; want=${kv#*=}
+    have=$(sysctl -n "$key")
+    if [ "$have" -lt "$want" ]; then
+      sysctl -qw "$key=$want"
+      say "$key raised from $have to $want"
+    fi
+  done
+}
+
 cmd_up() {
   need_root
   [ -n "$NODE_IP" ] || die "cannot find this machine's address (no default route); set NODE_IP"
@@ -239,6 +257,7 @@ cmd_up() {
   done
   say "node $NODE at $NODE_IP, state in $DIR"
   sysctl -qw net.ipv4.ip_forward=1
+  raise_inotify_limits
   mkdir -p "$PKI" "$RUN" "$LOG"
   "$BIN/pki" -dir "$PKI" -node "$NODE" -node-ip "$NODE_IP" -service-ip "$SERVICE_IP"
   cp "$PKI/admin.kubeconfig" "$KUBECONFIG"
