@@ -95,8 +95,8 @@ func (w *Watcher) Polling() error {
 
 // LogMode logs how the directory is followed when that changed since its last
 // call, and on its first call when it polls: by polling and why, or by
-// inotify again. Loops call it on
-// each pass, so that a node out of inotify instances is said once, not hidden.
+// inotify again. Loops call it on each pass, so that a node out of inotify
+// instances is said once, not hidden.
 func (w *Watcher) LogMode(log logr.Logger) {
 	w.mu.Lock()
 	why := ""
