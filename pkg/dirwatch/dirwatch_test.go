@@ -94,8 +94,14 @@ func TestWithoutAnInstanceItPollsAndSeesEveryKindOfChange(t *testing.T) {
 	}
 	quiet(t, w, 200*time.Millisecond, "before any change")
 
+	// Renamed in, so that no poll can see it half-written (a second, true
+	// signal) before the quiet check.
 	path := filepath.Join(dir, "kubeconfig.yaml")
-	write(t, path, "one")
+	staged := filepath.Join(t.TempDir(), "kubeconfig.yaml")
+	write(t, staged, "one")
+	if err := os.Rename(staged, path); err != nil {
+		t.Fatal(err)
+	}
 	waitSignal(t, w, "a new file")
 	quiet(t, w, 200*time.Millisecond, "after the new file was seen")
 
@@ -103,6 +109,10 @@ func TestWithoutAnInstanceItPollsAndSeesEveryKindOfChange(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	write(t, path, "two")
 	waitSignal(t, w, "a rewrite of the same size")
+	// A poll may have seen it truncated: let that second signal come, then
+	// drop it, so that the next wait is answered by the next change only.
+	time.Sleep(100 * time.Millisecond)
+	drain(w)
 
 	swapData(t, dir, "1", "three")
 	waitSignal(t, w, "the first Secret volume swap")
