@@ -4,6 +4,11 @@
 # directory that survives between runs on the same machine. A binary is rebuilt only
 # when the module that pins it changes, so a warm run costs a few seconds.
 #
+# The Kubernetes commands come from the k3s build (hack/k3s.sh kube): the
+# Kubernetes k3s is built on, linked in the same `go build` as k3s, so that a
+# machine compiles Kubernetes once, not once for k3s and once more from its own
+# module.
+#
 # usage: hack/build-tools.sh DEST COMMAND...
 #   COMMAND is one of kube-apiserver etcd kube-controller-manager kube-scheduler
 #   kubelet kube-proxy kubectl controller-gen staticcheck actionlint helm netpol
@@ -17,8 +22,21 @@ mkdir -p "$dest"
 # One run at a time per cache: a second run (the e2e suite's preparation while
 # CI builds the host cluster in the background) waits here, then finds its
 # binaries built, instead of building them again beside the first.
+#
+# The Kubernetes commands are not built under this lock but under k3s's
+# (hack/k3s.sh), after the rest: a run that waits for the k3s build must not
+# keep another from building etcd, helm or the generators meanwhile.
+go_cmds=() kube_cmds=()
+for cmd in "$@"; do
+  case "$cmd" in
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl) kube_cmds+=("$cmd") ;;
+    *) go_cmds+=("$cmd") ;;
+  esac
+done
 exec 8>"$dest/.build-tools.lock"
-flock -n 8 || { echo "build-tools: another build into $dest runs: waiting for it" >&2; flock 8; }
+if [ ${#go_cmds[@]} -gt 0 ]; then
+  flock -n 8 || { echo "build-tools: another build into $dest runs: waiting for it" >&2; flock 8; }
+fi
 
 # stamp MODDIR LDFLAGS PKG: the content hash of the module that pins a binary,
 # of how it is linked and, for a package of ours (./…), of its source, so a
@@ -31,29 +49,7 @@ stamp() {
   } | sha256sum | cut -c1-16
 }
 
-# kube_ldflags MODDIR: the version stamps Kubernetes' own build
-# (hack/lib/version.sh) links into its binaries, for the k8s.io/kubernetes
-# release MODDIR pins. Without them the binaries report
-# v0.0.0-master+$Format:%H$, `kubectl version` fails, and any version-skew
-# check against them is wrong. The build date is the release's module time,
-# so the stamp is the same on every machine; a module has no commit hash, so
-# the tree state says "archive" and the commit stays empty.
-kube_ldflags() {
-  local version major minor date
-  version=$(cd "$1" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
-  major=${version#v}; major=${major%%.*}
-  minor=${version#v"$major".}; minor=${minor%%.*}
-  date=$(cd "$1" && go mod download -json k8s.io/kubernetes | sed -n 's/.*"Info": "\(.*\)",*/\1/p' | xargs cat |
-    sed -n 's/.*"Time":"\([^"]*\)".*/\1/p')
-  local flags="" p
-  for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-    flags+=" -X $p.gitVersion=$version -X $p.gitMajor=$major -X $p.gitMinor=$minor"
-    flags+=" -X $p.gitCommit= -X $p.gitTreeState=archive -X $p.buildDate=${date:-1970-01-01T00:00:00Z}"
-  done
-  echo "$flags"
-}
-
-for cmd in "$@"; do
+for cmd in ${go_cmds[@]+"${go_cmds[@]}"}; do
   case "$cmd" in
     # Built from this module (its go.mod's tool directives): they share the
     # Kubernetes, etcd and gRPC packages our own code compiles, at the same
@@ -66,16 +62,11 @@ for cmd in "$@"; do
     staticcheck) moddir=$root/hack/tools/staticcheck; pkg=honnef.co/go/tools/cmd/staticcheck ;;
     actionlint) moddir=$root/hack/tools/actionlint; pkg=github.com/rhysd/actionlint/cmd/actionlint ;;
     netpol) moddir=$root/hack/tools/netpol; pkg=. ;;
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl)
-      moddir=$root/hack/tools/kube; pkg=k8s.io/kubernetes/cmd/$cmd ;;
     *) echo "build-tools: unknown command $cmd" >&2; exit 2 ;;
   esac
   # No symbol table or DWARF: nothing debugs these, and linking without them
   # takes half the time (kube-apiserver: 4.8 s instead of 9.7 s).
   ldflags="-s -w"
-  if [ "$moddir" = "$root/hack/tools/kube" ]; then
-    ldflags+=$(kube_ldflags "$moddir")
-  fi
   want=$(stamp "$moddir" "$ldflags" "$pkg")
   if [ -x "$dest/$cmd" ] && [ "$(cat "$dest/.$cmd.stamp" 2>/dev/null)" = "$want" ]; then
     continue
@@ -87,3 +78,8 @@ for cmd in "$@"; do
   mv "$tmp" "$dest/$cmd"
   echo "$want" > "$dest/.$cmd.stamp"
 done
+exec 8>&-
+
+if [ ${#kube_cmds[@]} -gt 0 ]; then
+  "$root/hack/k3s.sh" kube "$dest" "${kube_cmds[@]}"
+fi

@@ -6,10 +6,20 @@
 # writes to. The binary is cached in $K3S_CACHE keyed by the tarball's sha256, so a
 # warm run only packs the image (seconds).
 #
-# usage: hack/k3s.sh binary TARBALL         build (or reuse) the binary; prints its path
+# The same `go build` links the Kubernetes commands the tests run outside k3s
+# (kube-apiserver and etcd for envtest; kube-controller-manager, kube-scheduler,
+# kubelet, kube-proxy and kubectl for the e2e host cluster) from the Kubernetes
+# k3s is built on: k3s already compiles every package they need but a dozen, so
+# they cost their links, not a second compile of Kubernetes from its own module
+# (about 2,400 packages, the largest item of a cold CI run; docs/e2e.md, "CI time").
+#
+# usage: hack/k3s.sh binary TARBALL         build (or reuse) the binaries; prints k3s's path
 #        hack/k3s.sh image TARBALL OUT.tar  the binary packed as k3k-io/k3s:$K3S_TAG
+#        hack/k3s.sh kube DEST CMD...       the Kubernetes commands CMD, built from
+#                                           $K3S_SOURCE, linked into DEST
 #
 # env:   K3K_TOOLS_DIR (default ~/.cache/k3k/tools): the cache lives in $K3K_TOOLS_DIR/k3s
+#        K3S_SOURCE    the tarball `kube` builds from (default ../shared/k3s/k3s-4035a25a.tar.gz)
 #        K3S_VERSION   the version the binary reports (default: read from the tarball's
 #                      Kubernetes version, e.g. v1.34.3+k3s1)
 #        K3S_TAG       the image tag (default: K3S_VERSION with + as -, the form of
@@ -24,18 +34,29 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
 CACHE=$TOOLS/k3s
 BIN=$ROOT/_output/bin
+K3S_SOURCE=${K3S_SOURCE:-$ROOT/../shared/k3s/k3s-4035a25a.tar.gz}
+# The Kubernetes commands built beside k3s, into $CACHE/<sum>/kube/.
+KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 say() { printf '[%s] k3s: %s\n' "$(date +%T)" "$*" >&2; }
 die() { printf 'k3s: %s\n' "$*" >&2; exit 1; }
 
-# binary TARBALL: path of the cached k3s built from TARBALL, building it if needed.
+# built DIR: whether DIR holds k3s and every Kubernetes command.
+built() {
+  local c
+  [ -x "$1/k3s" ] || return 1
+  for c in "${KUBE_CMDS[@]}"; do [ -x "$1/kube/$c" ] || return 1; done
+}
+
+# binary TARBALL: path of the cached k3s built from TARBALL, building it (and the
+# Kubernetes commands beside it) if needed.
 binary() {
   local tarball=$1
   [ -f "$tarball" ] || die "no source tarball at $tarball"
   local sum
   sum=$(sha256sum "$tarball" | cut -c1-16)
   local out=$CACHE/$sum/k3s
-  if [ -x "$out" ]; then
+  if built "$CACHE/$sum"; then
     echo "$out"
     return 0
   fi
@@ -45,7 +66,7 @@ binary() {
   mkdir -p "$CACHE/$sum"
   exec 7>"$CACHE/$sum.lock"
   flock -n 7 || { say "another build of k3s from this source runs: waiting for it ($CACHE/$sum.lock)"; flock 7; }
-  if [ -x "$out" ]; then
+  if built "$CACHE/$sum"; then
     exec 7>&-
     echo "$out"
     return 0
@@ -87,16 +108,37 @@ binary() {
     ldflags+=" -X $p.gitVersion=$version -X $p.gitCommit=$commit -X $p.gitTreeState=clean -X $p.buildDate=$date"
   done
   ldflags+=" -extldflags '-static -lm -ldl -lpthread'"
-  say "building k3s $version from $(basename "$tarball") (cgo; ~7 min warm, ~16 min cold on 2 cores)"
+  say "building k3s $version and ${KUBE_CMDS[*]} from $(basename "$tarball") (cgo; ~7 min warm, ~16 min cold on 2 cores)"
+  # One build for all: the commands share k3s's compiled packages (same module,
+  # tags and flags). With several packages, -o names a directory and each
+  # binary is named for its package's last element (./cmd/server → server).
+  local tmp=$CACHE/$sum/.build
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  local pkgs=(./cmd/server) c
+  for c in "${KUBE_CMDS[@]}"; do
+    case $c in
+      # The fork's own main for it panics at start (hack/k3s/_kube-apiserver).
+      kube-apiserver)
+        mkdir -p "$top/k3k/kube-apiserver"
+        cp "$ROOT/hack/k3s/_kube-apiserver/main.go" "$top/k3k/kube-apiserver/"
+        pkgs+=(./k3k/kube-apiserver) ;;
+      *) pkgs+=("k8s.io/kubernetes/cmd/$c") ;;
+    esac
+  done
   (
     cd "$top"
     CGO_ENABLED=1 GOFLAGS=-mod=mod \
       CGO_CFLAGS="-DSQLITE_ENABLE_DBSTAT_VTAB=1 -DSQLITE_USE_ALLOCA=1" \
       go build -trimpath \
       -tags "ctrd netgo osusergo providerless urfave_cli_no_docs sqlite_omit_load_extension apparmor seccomp" \
-      -ldflags "$ldflags" -o "$out.tmp" ./cmd/server
+      -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
   )
-  mv "$out.tmp" "$out"
+  rm -rf "$CACHE/$sum/kube"
+  mkdir -p "$CACHE/$sum/kube"
+  for c in "${KUBE_CMDS[@]}"; do mv "$tmp/$c" "$CACHE/$sum/kube/$c"; done
+  mv "$tmp/server" "$out"
+  rm -rf "$tmp"
   echo "$version" >"$CACHE/$sum/version"
   rm -rf "$src"
   exec 7>&-
@@ -137,8 +179,25 @@ image() {
     -env PATH=/bin:/usr/bin:/sbin "${entries[@]}"
 }
 
+# kube DEST CMD...: the Kubernetes commands CMD, built with k3s from
+# $K3S_SOURCE, linked (or copied) into DEST under a temporary name first, so a
+# reader of DEST never sees half a binary.
+kube() {
+  local dest=$1; shift
+  local dir c
+  dir=$(dirname "$(binary "$K3S_SOURCE")")/kube
+  mkdir -p "$dest"
+  for c in "$@"; do
+    [ -x "$dir/$c" ] || die "$c is not one of the Kubernetes commands built with k3s (${KUBE_CMDS[*]})"
+    [ "$dir/$c" -ef "$dest/$c" ] && continue
+    ln -f "$dir/$c" "$dest/.$c.$$.tmp" 2>/dev/null || cp "$dir/$c" "$dest/.$c.$$.tmp"
+    mv -f "$dest/.$c.$$.tmp" "$dest/$c"
+  done
+}
+
 case "${1:-}" in
   binary) [ $# -eq 2 ] || die "usage: $0 binary TARBALL"; binary "$2" ;;
   image) [ $# -eq 3 ] || die "usage: $0 image TARBALL OUT.tar"; image "$2" "$3" ;;
-  *) die "usage: $0 binary TARBALL | image TARBALL OUT.tar" ;;
+  kube) [ $# -ge 3 ] || die "usage: $0 kube DEST CMD..."; shift; kube "$@" ;;
+  *) die "usage: $0 binary TARBALL | image TARBALL OUT.tar | kube DEST CMD..." ;;
 esac

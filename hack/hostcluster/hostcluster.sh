@@ -25,7 +25,7 @@ DIR=${DIR%/}
 TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
 NETPOL=${HOSTCLUSTER_NETPOL:-1}
 # postgresql: the external datastore scenario's database (hack/postgres.sh)
-PACKAGES="containerd runc containernetworking-plugins iptables ipset conntrack busybox-static postgresql"
+PACKAGES="gcc libc6-dev containerd runc containernetworking-plugins iptables ipset conntrack busybox-static postgresql"
 
 BIN=$DIR/bin IMAGES=$DIR/images PKI=$DIR/pki ETC=$DIR/etc VAR=$DIR/var RUN=$DIR/run LOG=$DIR/log
 SOCK=$RUN/containerd/containerd.sock
@@ -269,8 +269,12 @@ cmd_up() {
     --initial-cluster hostcluster=http://127.0.0.1:2480 --listen-metrics-urls http://127.0.0.1:2481 \
     --unsafe-no-fsync --log-level warn
   launch containerd containerd --config "$ETC/containerd.toml"
+  # k3s's Kubernetes (hack/k3s.sh) writes the loopback client certificate into
+  # --cert-dir; its default, /var/run/kubernetes, is not ours to create.
+  mkdir -p "$VAR/kube-apiserver"
   launch kube-apiserver "$TOOLS/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" --advertise-address="$NODE_IP" --secure-port=6443 \
+    --cert-dir="$VAR/kube-apiserver" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \

@@ -45,9 +45,9 @@ const (
 	// backupExecRole is the ClusterRole the backup Jobs are bound to.
 	backupExecRole = "k3k-backup-exec"
 	// kubeVersion is what helm checks the chart's kubeVersion against: the
-	// version of the test kube-apiserver (hack/tools/kube). A helm built from its
-	// module without release ldflags would otherwise assume v1.20.
-	kubeVersion = "v1.34.2"
+	// version of the test kube-apiserver (k3s's Kubernetes, hack/k3s.sh). A helm
+	// built from its module without release ldflags would otherwise assume v1.20.
+	kubeVersion = "v1.34.3+k3s1"
 )
 
 func TestMain(m *testing.M) {

@@ -91,6 +91,9 @@ func StartAPIServer(ctx context.Context, cfg APIServerConfig) (*APIServer, error
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
+		// k3s's Kubernetes (hack/k3s.sh) writes its loopback client
+		// certificate there; its default, /var/run/kubernetes, need not exist.
+		"--cert-dir=" + cfg.Dir,
 		"--tls-cert-file=" + p("serving.crt"),
 		"--tls-private-key-file=" + p("serving.key"),
 		"--client-ca-file=" + p("ca.crt"),
