@@ -190,8 +190,15 @@ kube() {
   for c in "$@"; do
     [ -x "$dir/$c" ] || die "$c is not one of the Kubernetes commands built with k3s (${KUBE_CMDS[*]})"
     [ "$dir/$c" -ef "$dest/$c" ] && continue
-    ln -f "$dir/$c" "$dest/.$c.$$.tmp" 2>/dev/null || cp "$dir/$c" "$dest/.$c.$$.tmp"
-    mv -f "$dest/.$c.$$.tmp" "$dest/$c"
+    local tmp=$dest/.$c.$$.tmp
+    ln -f "$dir/$c" "$tmp" 2>/dev/null || cp "$dir/$c" "$tmp"
+    # Two callers waiting for the same build (CI's host cluster build and its
+    # test phase) may link the same file: mv then refuses to move a file onto
+    # itself, and the file is in place already.
+    if ! mv -f "$tmp" "$dest/$c" 2>/dev/null; then
+      [ "$tmp" -ef "$dest/$c" ] || die "cannot put $c into $dest"
+      rm -f "$tmp"
+    fi
   done
 }
 
