@@ -92,13 +92,18 @@ func TestSharedAgent(t *testing.T) {
 
 	var hostSvc *corev1.Service
 	eventually(t, 3*time.Minute, "the host copy of Service web with the pod as its endpoint", func(ctx context.Context) (bool, error) {
-		s, ok := findHostCopy(ctx, v, "services", ns, "web")
-		if !ok {
+		s, err := lookupHostCopy(ctx, v, "services", ns, "web")
+		switch {
+		case err != nil:
+			return false, err
+		case s == nil:
 			return false, fmt.Errorf("no host copy of Service shop/web yet")
 		}
 		hostSvc = s.(*corev1.Service)
 		if err := httpOK(hostSvc.Spec.ClusterIP, 80); err != nil {
-			return false, fmt.Errorf("host Service %s: %w", hostSvc.Name, err)
+			// Whether the pod answers directly tells the host's Service
+			// routing apart from the pod and its NetworkPolicy.
+			return false, fmt.Errorf("host Service %s: %w (the pod itself, %s:8080: %v)", hostSvc.Name, err, hostPod.Status.PodIP, httpOK(hostPod.Status.PodIP, 8080))
 		}
 		return true, nil
 	})
@@ -193,29 +198,39 @@ func hostCopy(t *testing.T, v *vcluster, resource, ns, name string) any {
 	return obj
 }
 
+// findHostCopy is lookupHostCopy for callers that only ask whether there is one.
 func findHostCopy(ctx context.Context, v *vcluster, resource, ns, name string) (any, bool) {
+	obj, err := lookupHostCopy(ctx, v, resource, ns, name)
+	return obj, err == nil && obj != nil
+}
+
+// lookupHostCopy returns the agent's host copy of a virtual pod or Service,
+// nil when there is none, and the host's error when it could not look.
+func lookupHostCopy(ctx context.Context, v *vcluster, resource, ns, name string) (any, error) {
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=k3k-kubelet,k3k.io/cluster=" + v.name + ",k3k.io/virtual-namespace=" + ns}
 	switch resource {
 	case "pods":
 		list, err := host.CoreV1().Pods(v.namespace).List(ctx, sel)
-		if err == nil {
-			for i := range list.Items {
-				if list.Items[i].Annotations["k3k.io/virtual-name"] == name {
-					return &list.Items[i], true
-				}
+		if err != nil {
+			return nil, fmt.Errorf("listing host pods: %w", err)
+		}
+		for i := range list.Items {
+			if list.Items[i].Annotations["k3k.io/virtual-name"] == name {
+				return &list.Items[i], nil
 			}
 		}
 	case "services":
 		list, err := host.CoreV1().Services(v.namespace).List(ctx, sel)
-		if err == nil {
-			for i := range list.Items {
-				if list.Items[i].Annotations["k3k.io/virtual-name"] == name {
-					return &list.Items[i], true
-				}
+		if err != nil {
+			return nil, fmt.Errorf("listing host Services: %w", err)
+		}
+		for i := range list.Items {
+			if list.Items[i].Annotations["k3k.io/virtual-name"] == name {
+				return &list.Items[i], nil
 			}
 		}
 	}
-	return nil, false
+	return nil, nil
 }
 
 // httpOK GETs /healthz on ip:port from this machine, through kube-proxy.

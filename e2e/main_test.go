@@ -88,6 +88,10 @@ func setup(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("host kubeconfig: %w", err)
 	}
+	// Every scenario shares this client, four at a time, most of them
+	// polling: at client-go's default of 5 requests a second their polls
+	// wait behind each other's.
+	restCfg.QPS, restCfg.Burst = 50, 100
 	host, err = kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return 0, err
@@ -329,7 +333,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil {
-			last = err
+			// A call cut short by the deadline itself says nothing about
+			// the condition; the error before it does.
+			if ctx.Err() == nil || last == nil {
+				last = err
+			}
 			return false, nil
 		}
 		return ok, nil
