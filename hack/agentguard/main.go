@@ -26,13 +26,28 @@ import (
 // The placeholders stand for release-dependent values until they are
 // replaced by the chart's helpers: guardName and roleName for the names,
 // allowPlaceholder for the chart's sharedAgent.allowPrivilegedPods, a CEL
-// boolean literal.
+// boolean literal, and defaults for the agent defaults the guard holds pods
+// to (cluster.PodDefaultsCEL), rendered from the same sharedAgent values
+// the chart passes to the controller's --agent-* flags.
 const (
 	guardName        = "K3K-AGENT-GUARD-NAME"
 	roleName         = "K3K-AGENT-CLUSTER-ROLE-NAME"
 	backupRoleName   = "K3K-BACKUP-EXEC-CLUSTER-ROLE-NAME"
 	allowPlaceholder = "K3K-ALLOW-PRIVILEGED"
 )
+
+var defaults = cluster.PodDefaultsCEL{
+	SeccompDefault:           "K3K-SECCOMP-DEFAULT",
+	SeccompLocalhostProfiles: "K3K-SECCOMP-LOCALHOST-PROFILES",
+	MemoryLimit:              "K3K-MEMORY-LIMIT",
+	AlwaysPullImages:         "K3K-ALWAYS-PULL-IMAGES",
+	AllowRegistryAddresses:   "K3K-ALLOW-REGISTRY-ADDRESSES",
+}
+
+// celBool is the template text of a CEL boolean literal for a chart value.
+func celBool(value string) string {
+	return `{{ if ` + value + ` }}true{{ else }}false{{ end }}`
+}
 
 // template is one generated chart template.
 type template struct {
@@ -55,7 +70,7 @@ func main() {
 }
 
 func run() error {
-	policy, binding := cluster.DesiredAgentGuard(guardName)
+	policy, binding := cluster.DesiredAgentGuard(guardName, defaults)
 	pssPolicy, pssBinding := cluster.DesiredAgentPodSecurityGuard(guardName+"-pod-security", allowPlaceholder)
 	ingPolicy, ingBinding := cluster.DesiredAgentIngressGuard(guardName + "-ingress-hosts")
 	role := cluster.DesiredAgentClusterRole(roleName)
@@ -72,8 +87,15 @@ func run() error {
 			"# agent_guard.go, agent_ingress_guard.go and docs/agent.md.\n",
 		objects: []any{policy, binding, pssPolicy, pssBinding, ingPolicy, ingBinding},
 		replace: map[string]string{
-			guardName:        `{{ include "k3k.agentGuard" . }}`,
-			allowPlaceholder: `{{ if .Values.sharedAgent.allowPrivilegedPods }}true{{ else }}false{{ end }}`,
+			guardName:               `{{ include "k3k.agentGuard" . }}`,
+			allowPlaceholder:        celBool(".Values.sharedAgent.allowPrivilegedPods"),
+			defaults.SeccompDefault: celBool(".Values.sharedAgent.seccompDefault"),
+			// A JSON list of strings is a CEL list literal.
+			defaults.SeccompLocalhostProfiles: `{{ .Values.sharedAgent.seccompLocalhostProfiles | default list | toJson }}`,
+			// Empty defaultLimits leave the agent its own, memory=512Mi.
+			defaults.MemoryLimit:            celBool(`or (empty .Values.sharedAgent.defaultLimits) (hasKey .Values.sharedAgent.defaultLimits "memory")`),
+			defaults.AlwaysPullImages:       celBool(".Values.sharedAgent.alwaysPullImages"),
+			defaults.AllowRegistryAddresses: celBool(".Values.sharedAgent.allowRegistryAddresses"),
 		},
 	}, {
 		path: "charts/k3k/templates/agent-clusterrole.yaml",

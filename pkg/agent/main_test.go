@@ -146,10 +146,21 @@ func run(m *testing.M) int {
 	if _, err := hostAdmin.RbacV1().RoleBindings(hostNamespace).Create(ctx, cluster.DesiredAgentRoleBinding(c, "k3k-agent"), metav1.CreateOptions{}); err != nil {
 		return fail("role binding", err)
 	}
-	// The chart's agent guard holds the agent to its own objects; every test
-	// of this suite runs under it, so a write the guard would refuse fails
-	// the suite.
-	policy, binding := cluster.DesiredAgentGuard("k3k-agent-guard")
+	// How the agent under test translates (pull policies left as written).
+	tcfg := translate.Config{
+		ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName, APIServer: virtualAPIService,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: c.UID}},
+		StorageClasses:  []string{allowedClass},
+		IngressClasses:  map[string]string{virtualIngressClass: hostIngressClass},
+		IngressHosts:    []string{"shop.example.com", "*.shop.example.com"},
+		// The agent binary's flag defaults.
+		DefaultRequests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		DefaultLimits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+	}
+	// The chart's agent guard holds the agent to its own objects and to the
+	// defaults tcfg applies; every test of this suite runs under it, so a
+	// write the guard would refuse fails the suite.
+	policy, binding := cluster.DesiredAgentGuard("k3k-agent-guard", cluster.PodDefaultsOf(tcfg).CEL())
 	if _, err := hostAdmin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
 		return fail("agent guard", err)
 	}
@@ -177,16 +188,7 @@ func run(m *testing.M) int {
 	}
 
 	cfg := agent.Config{
-		Translate: translate.Config{
-			ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName, APIServer: virtualAPIService,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: c.UID}},
-			StorageClasses:  []string{allowedClass},
-			IngressClasses:  map[string]string{virtualIngressClass: hostIngressClass},
-			IngressHosts:    []string{"shop.example.com", "*.shop.example.com"},
-			// The agent binary's flag defaults.
-			DefaultRequests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-			DefaultLimits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
-		},
+		Translate:            tcfg,
 		SyncIngresses:        true,
 		Node:                 node.Config{InternalIP: "127.0.0.1", LeaseDuration: 8 * time.Second, StatusInterval: 20 * time.Second},
 		Host:                 kubernetes.NewForConfigOrDie(agentHost),

@@ -188,7 +188,14 @@ func start(ctx context.Context, sub func(string) string) (*env, func(), error) {
 		cluster:       &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: hostNamespace, UID: "bench-uid"}},
 	}
 	role := cluster.DesiredAgentClusterRole("k3k-agent")
-	policy, binding := cluster.DesiredAgentGuard("k3k-agent-guard")
+	// The guard as a host with every default off installs it (every
+	// setting's changes applied), so that it lets every setting's pods
+	// through.
+	loosest := e.config()
+	for _, s := range settings {
+		s.change(&loosest)
+	}
+	policy, binding := cluster.DesiredAgentGuard("k3k-agent-guard", cluster.PodDefaultsOf(loosest).CEL())
 	for what, create := range map[string]func() error{
 		"namespace": func() error {
 			_, err := e.host.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostNamespace}}, metav1.CreateOptions{})
@@ -225,19 +232,23 @@ func start(ctx context.Context, sub func(string) string) (*env, func(), error) {
 	return e, stop, nil
 }
 
-// run starts an agent with setting s, creates pods virtual pods in a
-// namespace of their own, and returns the seconds until all have host pods.
-// The agent and the namespaces are removed again before it returns.
-func (e *env) run(ctx context.Context, s setting, round, pods int) (float64, error) {
-	tc := translate.Config{
+// config is the agent's translation with cmd/kubelet's flag defaults.
+func (e *env) config() translate.Config {
+	return translate.Config{
 		ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName,
-		APIServer:       translate.APIServer{Host: "k3k-bench-service.tenant.svc", Port: 443, IP: "10.0.0.99"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: e.cluster.UID}},
-		// cmd/kubelet's flag defaults.
+		APIServer:        translate.APIServer{Host: "k3k-bench-service.tenant.svc", Port: 443, IP: "10.0.0.99"},
+		OwnerReferences:  []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: e.cluster.UID}},
 		DefaultRequests:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 		DefaultLimits:    corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
 		AlwaysPullImages: true,
 	}
+}
+
+// run starts an agent with setting s, creates pods virtual pods in a
+// namespace of their own, and returns the seconds until all have host pods.
+// The agent and the namespaces are removed again before it returns.
+func (e *env) run(ctx context.Context, s setting, round, pods int) (float64, error) {
+	tc := e.config()
 	s.change(&tc)
 	a, err := agent.New(agent.Config{
 		Translate:  tc,

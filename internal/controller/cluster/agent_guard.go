@@ -1,14 +1,17 @@
 package cluster
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
 
 // The agent guard: an admission policy that holds every shared-mode agent to
@@ -43,8 +46,72 @@ const agentUserPattern = `^system:serviceaccount:[^:]+:k3k-[^:]+-kubelet$`
 // ownName is the CEL regular expression of names the agent derives.
 const ownName = `'-[0-9a-f]{10}$'`
 
-// DesiredAgentGuard is the policy and its binding, both named name.
-func DesiredAgentGuard(name string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+// PodDefaults are what every agent gives the pods it makes, by the
+// install-wide settings it runs with (AgentDefaults: the controller's
+// --agent-* flags, the chart's sharedAgent values; pkg/agent/translate,
+// defaults.go and images.go). The guard holds
+// the agents' pods to them too, so that a subverted agent cannot hand the
+// host a pod without the defaults a working one gives every workload.
+type PodDefaults struct {
+	// SeccompDefault: every pod carries a pod-level seccomp profile
+	// (RuntimeDefault where the tenant named none; --agent-seccomp-default).
+	SeccompDefault bool
+	// SeccompLocalhostProfiles are the Localhost seccomp profiles a pod may
+	// name (--agent-seccomp-localhost-profiles); none when empty.
+	SeccompLocalhostProfiles []string
+	// MemoryLimit: the default limits name memory, so every container has a
+	// memory limit (or the pod one) and every Memory emptyDir a size.
+	MemoryLimit bool
+	// AlwaysPullImages: every container and image volume pulls Always.
+	AlwaysPullImages bool
+	// AllowRegistryAddresses: images may name their registry by address.
+	AllowRegistryAddresses bool
+}
+
+// AgentPodDefaults are the agent's own flag defaults, and the chart's.
+var AgentPodDefaults = PodDefaults{SeccompDefault: true, MemoryLimit: true, AlwaysPullImages: true}
+
+// PodDefaultsOf are the defaults an agent translating with c applies.
+func PodDefaultsOf(c translate.Config) PodDefaults {
+	_, memory := c.DefaultLimits[corev1.ResourceMemory]
+	return PodDefaults{
+		SeccompDefault:           !c.DisableSeccompDefault,
+		SeccompLocalhostProfiles: c.SeccompLocalhostProfiles,
+		MemoryLimit:              memory,
+		AlwaysPullImages:         c.AlwaysPullImages,
+		AllowRegistryAddresses:   c.AllowRegistryAddresses,
+	}
+}
+
+// PodDefaultsCEL are PodDefaults as CEL literals, the form the policy
+// takes them in: the chart renders them from its values (hack/agentguard),
+// everyone else from PodDefaults.CEL.
+type PodDefaultsCEL struct {
+	// Booleans: "true" or "false".
+	SeccompDefault, MemoryLimit, AlwaysPullImages, AllowRegistryAddresses string
+	// A list of strings.
+	SeccompLocalhostProfiles string
+}
+
+// CEL is d as CEL literals. The profiles are written as JSON, which is a
+// CEL list literal, byte for byte what the chart renders (toJson).
+func (d PodDefaults) CEL() PodDefaultsCEL {
+	profiles, err := json.Marshal(append([]string{}, d.SeccompLocalhostProfiles...))
+	if err != nil {
+		panic(err) // a list of strings always marshals
+	}
+	return PodDefaultsCEL{
+		SeccompDefault:           strconv.FormatBool(d.SeccompDefault),
+		MemoryLimit:              strconv.FormatBool(d.MemoryLimit),
+		AlwaysPullImages:         strconv.FormatBool(d.AlwaysPullImages),
+		AllowRegistryAddresses:   strconv.FormatBool(d.AllowRegistryAddresses),
+		SeccompLocalhostProfiles: string(profiles),
+	}
+}
+
+// DesiredAgentGuard is the policy and its binding, both named name, holding
+// the agents' pods to defaults d.
+func DesiredAgentGuard(name string, d PodDefaultsCEL) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	writes := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
 	rule := func(group string, ops []admissionregistrationv1.OperationType, resources ...string) admissionregistrationv1.NamedRuleWithOperations {
 		return admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
@@ -68,7 +135,7 @@ func DesiredAgentGuard(name string) (*admissionregistrationv1.ValidatingAdmissio
 				Expression: "request.userInfo.username.matches('" + agentUserPattern + "')",
 			}},
 			Variables:   agentGuardVariables(),
-			Validations: agentGuardValidations(),
+			Validations: append(agentGuardValidations(), agentDefaultsValidations(d)...),
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
@@ -265,6 +332,76 @@ func agentGuardValidations() []admissionregistrationv1.Validation {
 				"(has(object.metadata.labels) && 'kubernetes.io/service-name' in object.metadata.labels && " +
 				"object.metadata.labels['kubernetes.io/service-name'].matches(" + ownName + "))",
 			Message: "an EndpointSlice made by a k3k agent must belong to a Service the agent copied",
+			Reason:  forbidden,
+		},
+	}
+}
+
+// agentDefaultsValidations hold the agents' pods to the defaults d every
+// agent applies (translate.HostPod). All but the registry rule look at
+// creation only: those fields cannot change afterwards, and checking updates
+// would only stop image changes of pods made before a default was turned on.
+// An image can change, so the registry rule holds for updates too.
+func agentDefaultsValidations(d PodDefaultsCEL) []admissionregistrationv1.Validation {
+	forbidden := ptr.To(metav1.StatusReasonForbidden)
+	created := func(setting, cond string) string {
+		return "!variables.pod || oldObject != null || !(" + setting + ") || (" + cond + ")"
+	}
+	// localhostOK is CEL true when seccomp profile p (a field that may be
+	// absent) is no Localhost profile outside the allowed ones.
+	localhostOK := func(p string) string {
+		return "(!has(" + p + ") || " + p + ".type != 'Localhost' || (has(" + p + ".localhostProfile) && " + p + ".localhostProfile in " + d.SeccompLocalhostProfiles + "))"
+	}
+	// address is CEL true when image i names its registry by address
+	// (translate.RegistryAddressPattern; a raw string, the pattern has no
+	// quote).
+	address := func(i string) string {
+		return i + ".lowerAscii().matches(r'" + translate.RegistryAddressPattern + "')"
+	}
+	memoryLimit := func(r string) string {
+		return "(has(" + r + ") && has(" + r + ".limits) && 'memory' in " + r + ".limits)"
+	}
+	return []admissionregistrationv1.Validation{
+		{
+			// Windows pods may not carry one (the agent leaves them alone).
+			Expression: created(d.SeccompDefault, "(has(object.spec.os) && object.spec.os.name == 'windows') || "+
+				"(has(object.spec.securityContext) && has(object.spec.securityContext.seccompProfile))"),
+			Message: "a pod made by a k3k agent must carry a pod-level seccomp profile (the agent gives RuntimeDefault to pods that name none)",
+			Reason:  forbidden,
+		},
+		{
+			// The legacy annotations are ignored by kubelets since 1.27 and
+			// never written by the agent: refused in any spelling.
+			Expression: "!variables.pod || oldObject != null || (" +
+				"(!has(object.spec.securityContext) || " + localhostOK("object.spec.securityContext.seccompProfile") + ") && " +
+				"variables.containers.all(c, !has(c.securityContext) || " + localhostOK("c.securityContext.seccompProfile") + ") && " +
+				"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k != 'seccomp.security.alpha.kubernetes.io/pod' && " +
+				"!k.startsWith('container.seccomp.security.alpha.kubernetes.io/'))))",
+			Message: "a pod made by a k3k agent may name only the Localhost seccomp profiles the host administrator allowed, and no seccomp annotation",
+			Reason:  forbidden,
+		},
+		{
+			Expression: created(d.MemoryLimit, memoryLimit("object.spec.resources")+" || variables.containers.all(c, "+memoryLimit("c.resources")+")"),
+			Message:    "a pod made by a k3k agent must bound its memory: a memory limit on every container or on the pod (the agent's default limits name memory)",
+			Reason:     forbidden,
+		},
+		{
+			Expression: created(d.MemoryLimit, "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.emptyDir) || "+
+				"!has(v.emptyDir.medium) || v.emptyDir.medium != 'Memory' || has(v.emptyDir.sizeLimit))"),
+			Message: "a pod made by a k3k agent must give every emptyDir of medium Memory a sizeLimit (the agent gives the pod's memory limit)",
+			Reason:  forbidden,
+		},
+		{
+			Expression: created(d.AlwaysPullImages, "variables.containers.all(c, has(c.imagePullPolicy) && c.imagePullPolicy == 'Always') && "+
+				"(!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.image) || (has(v.image.pullPolicy) && v.image.pullPolicy == 'Always')))"),
+			Message: "a pod made by a k3k agent must pull every image Always (the host's sharedAgent.alwaysPullImages)",
+			Reason:  forbidden,
+		},
+		{
+			Expression: "!variables.pod || " + d.AllowRegistryAddresses + " || (" +
+				"variables.containers.all(c, !has(c.image) || !" + address("c.image") + ") && " +
+				"(!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.image) || !has(v.image.reference) || !" + address("v.image.reference") + ")))",
+			Message: "a pod made by a k3k agent must not name an image registry by address (an IP, localhost or a one-label name): the host node would connect there to pull",
 			Reason:  forbidden,
 		},
 	}

@@ -30,31 +30,7 @@ import (
 // message that says why, and nobody else is affected.
 func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	c := sampleCluster()
-	c.Namespace = ns
-	role := DesiredAgentClusterRole("k3k-agent-" + ns)
-	policy, binding := DesiredAgentGuard("k3k-agent-guard-" + ns)
-	// The binding applies to this namespace only, so the guard of this test
-	// does not reach other tests' requests.
-	binding.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
-	for _, obj := range []client.Object{DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name), policy, binding} {
-		if err := k8s.Create(ctx, obj); err != nil {
-			t.Fatalf("creating %s: %v", obj.GetName(), err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, obj := range []client.Object{role, policy, binding} {
-			_ = k8s.Delete(context.Background(), obj)
-		}
-	})
-	admin := kubernetes.NewForConfigOrDie(restConfig)
-	agentConfig := rest.CopyConfig(restConfig)
-	agentConfig.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":" + layout.AgentName(c.Name),
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-	}
-	agent := kubernetes.NewForConfigOrDie(agentConfig)
+	ns, c, admin, agent := guardedNamespace(t, AgentPodDefaults)
 	n := layout.NamesFor(c)
 	const (
 		ownPod    = "web-0-shop-0123456789"
@@ -63,45 +39,19 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 		ownClaim  = "data-web-0-shop-0a1b2c3d4e"
 	)
 
-	// The apiserver loads policies asynchronously: wait until the guard
-	// refuses a name it did not derive.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "guard-probe"}}
-		_, err := agent.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
-		if err != nil && strings.Contains(err.Error(), "of objects it named") {
-			break
-		}
-		if err == nil {
-			_ = admin.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{})
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the guard never took effect; last answer: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-
 	// pod is a host pod as the agent makes one: its own name, its own copies,
 	// no token; change adjusts it per case.
 	pod := func(name string, change func(*corev1.PodSpec)) *corev1.Pod {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{
-				AutomountServiceAccountToken: ptr.To(false),
-				Containers: []corev1.Container{{
-					Name: "main", Image: "web",
-					EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: ownSecret}}}},
-				}},
-				Volumes: []corev1.Volume{
-					{Name: "env", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ownSecret}}},
-					{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				},
-			},
-		}
-		if change != nil {
-			change(&p.Spec)
-		}
-		return p
+		return agentPod(name, func(s *corev1.PodSpec) {
+			s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: ownSecret}}}}
+			s.Volumes = []corev1.Volume{
+				{Name: "env", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ownSecret}}},
+				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			}
+			if change != nil {
+				change(s)
+			}
+		})
 	}
 	secretVolume := func(name string) func(*corev1.PodSpec) {
 		return func(s *corev1.PodSpec) {
@@ -479,6 +429,80 @@ func TestAgentGuardHoldsTheAgentToItsOwnObjects(t *testing.T) {
 			t.Errorf("refused: %v", err)
 		}
 	})
+}
+
+// guardedNamespace makes a namespace holding an agent of a sample Cluster
+// (its ServiceAccount, the agent's ClusterRole and RoleBinding) and the agent
+// guard with defaults d, bound to that namespace only so that it does not
+// reach other tests' requests, and waits until the guard takes effect. It
+// returns the namespace, the Cluster, and clients as the admin and as the
+// agent (impersonated).
+func guardedNamespace(t *testing.T, d PodDefaults) (string, *v1beta1.Cluster, *kubernetes.Clientset, *kubernetes.Clientset) {
+	t.Helper()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	role := DesiredAgentClusterRole("k3k-agent-" + ns)
+	policy, binding := DesiredAgentGuard("k3k-agent-guard-"+ns, d.CEL())
+	binding.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
+	for _, obj := range []client.Object{DesiredAgentServiceAccount(c), role, DesiredAgentRoleBinding(c, role.Name), policy, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v", obj.GetName(), err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, obj := range []client.Object{role, policy, binding} {
+			_ = k8s.Delete(context.Background(), obj)
+		}
+	})
+	admin := kubernetes.NewForConfigOrDie(restConfig)
+	agentConfig := rest.CopyConfig(restConfig)
+	agentConfig.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + layout.AgentName(c.Name),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	agent := kubernetes.NewForConfigOrDie(agentConfig)
+
+	// The apiserver loads policies asynchronously: wait until the guard
+	// refuses a name it did not derive.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "guard-probe"}}
+		_, err := agent.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+		if err != nil && strings.Contains(err.Error(), "of objects it named") {
+			break
+		}
+		if err == nil {
+			_ = admin.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{})
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guard never took effect; last answer: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return ns, c, admin, agent
+}
+
+// agentPod is a host pod as an agent with AgentPodDefaults makes one: no
+// token, a pod-level RuntimeDefault seccomp profile, a memory limit, images
+// pulled Always; change adjusts it.
+func agentPod(name string, change func(*corev1.PodSpec)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext:              &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{
+				Name: "main", Image: "web", ImagePullPolicy: corev1.PullAlways,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}},
+			}},
+		},
+	}
+	if change != nil {
+		change(&p.Spec)
+	}
+	return p
 }
 
 // ephemeralVolume adds a generic ephemeral volume asking for 1Gi, changed by

@@ -81,6 +81,42 @@ func registryAddress(image string) (string, bool) {
 	return "", false
 }
 
+// RegistryAddressPattern is registryAddress as one RE2 regular expression
+// over the lowercased image: it matches exactly the images registryAddress
+// finds an address in (TestRegistryAddressPatternAgrees compares the two on
+// every string of up to five pieces of an alphabet of its parts). The agent
+// guard (internal/controller/cluster) refuses such images in the agent's
+// pods with it, in CEL, where the Go above cannot run. Its alternatives,
+// by how the first path component is written:
+//   - not in brackets: the host is what precedes the first colon; it is an
+//     address when it has one label (a trailing dot, or a port, makes the
+//     component a registry; "localhost" is one by itself), ends in
+//     .localhost, or its last label is a number (IPv4 in every spelling);
+//   - "[" without a "]": the host is the whole component, same tests;
+//   - "[host]…": the host is what the brackets hold (IPv6: one label, or a
+//     numeric last label for the IPv4-mapped forms), and the component is a
+//     registry when it has a dot or a colon anywhere.
+var RegistryAddressPattern = func() string {
+	const num = `(0x[0-9a-f]+|[0-9]+)`
+	alternatives := []string{
+		`^([^\[/:.][^/:.]*)?\.(:[^/]*)?/`,
+		`^([^\[/:.][^/:.]*)?:[^/]*/`,
+		`^localhost/`,
+		`^([^\[/:][^/:]*)?\.localhost\.?(:[^/]*)?/`,
+		`^([^\[/:][^/:]*)?\.` + num + `\.?(:[^/]*)?/`,
+		`^\[[^/\].]*\./`,
+		`^\[[^/\].]*:[^/\].]*/`,
+		`^\[[^/\]]*\.localhost\.?/`,
+		`^\[[^/\]]*\.` + num + `\.?/`,
+		`^\[[^\]/.]*:[^\]/.]*\][^/]*/`,
+		`^\[[^\]/.]*\][^/]*[.:][^/]*/`,
+		`^\[[^\]/.]*\.\][^/]*/`,
+		`^\[[^\]/]*\.localhost\.?\][^/]*/`,
+		`^\[[^\]/]*\.` + num + `\.?\][^/]*/`,
+	}
+	return "(" + strings.Join(alternatives, ")|(") + ")"
+}()
+
 // numericLabel says whether a name's last label is a number (decimal, or
 // hex as 0x…): no top-level domain is, and a C resolver reads such names as
 // IPv4 addresses in inet_aton's short and hex forms ("127.1", "0x7f.1").

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -46,6 +47,43 @@ func TestRegistryAddress(t *testing.T) {
 		if got != tc.address {
 			t.Errorf("registryAddress(%q) = %q, %v; want %v", tc.image, host, got, tc.address)
 		}
+	}
+}
+
+// TestRegistryAddressPatternAgrees holds the agent guard's regular
+// expression to the agent's own reading of images: on every string of up to
+// five pieces of an alphabet of what the reading looks at (brackets, colons,
+// dots, slashes, hex and decimal numbers, localhost, in both cases), the two
+// agree.
+func TestRegistryAddressPatternAgrees(t *testing.T) {
+	re := regexp.MustCompile(RegistryAddressPattern)
+	pieces := []string{"a", "1", "0x", "0X", "f", ".", ":", "[", "]", "/", "localhost", "LocalHost"}
+	checked, wrong := 0, 0
+	var walk func(image string, left int)
+	walk = func(image string, left int) {
+		checked++
+		_, want := registryAddress(image)
+		if got := re.MatchString(strings.ToLower(image)); got != want {
+			if wrong++; wrong <= 10 {
+				t.Errorf("%q: pattern says %v, registryAddress %v", image, got, want)
+			}
+		}
+		if left == 0 {
+			return
+		}
+		for _, p := range pieces {
+			walk(image+p, left-1)
+		}
+	}
+	walk("", 5)
+	for _, image := range []string{"127.0.0.1:5000/x", "[::1]:5000/x", "0x7f.1/x", "registry.example.com/x", "[fe80::1%25eth0]/x", "Ab.LOCALHOST./x"} {
+		_, want := registryAddress(image)
+		if got := re.MatchString(strings.ToLower(image)); got != want {
+			t.Errorf("%q: pattern says %v, registryAddress %v", image, got, want)
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d strings disagree", wrong, checked)
 	}
 }
 
