@@ -103,7 +103,7 @@ func TestSharedAgent(t *testing.T) {
 		if err := httpOK(hostSvc.Spec.ClusterIP, 80); err != nil {
 			// Whether the pod answers directly tells the host's Service
 			// routing apart from the pod and its NetworkPolicy.
-			return false, fmt.Errorf("host Service %s: %w (the pod itself, %s:8080: %v)", hostSvc.Name, err, hostPod.Status.PodIP, httpOK(hostPod.Status.PodIP, 8080))
+			return false, fmt.Errorf("host Service %s at %s: %w (the pod itself, %s:8080: %v)", hostSvc.Name, hostSvc.Spec.ClusterIP, err, hostPod.Status.PodIP, httpOK(hostPod.Status.PodIP, 8080))
 		}
 		return true, nil
 	})

@@ -216,6 +216,28 @@ func hostilePod(ns, name string, mutate func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
+// madeByAgent gives p what the agent gives every host pod under the e2e
+// chart's values (no token, a pod-level RuntimeDefault seccomp profile where
+// it names none, a memory limit where a container sets none), so that the
+// agent guard judges p by the one setting a case is about, not by a default
+// it leaves out.
+func madeByAgent(p *corev1.Pod) *corev1.Pod {
+	p.Spec.AutomountServiceAccountToken = ptr.To(false)
+	if psc(p).SeccompProfile == nil {
+		psc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	}
+	for i := range p.Spec.Containers {
+		c := &p.Spec.Containers[i]
+		if _, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok {
+			if c.Resources.Limits == nil {
+				c.Resources.Limits = corev1.ResourceList{}
+			}
+			c.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("512Mi")
+		}
+	}
+	return p
+}
+
 // restrictedPod meets the restricted level.
 func restrictedPod(p *corev1.Pod) {
 	psc(p).RunAsNonRoot, psc(p).RunAsUser = ptr.To(true), ptr.To(int64(65534))
@@ -338,8 +360,7 @@ func TestHostilePods(t *testing.T) {
 			})},
 		}
 		for i, try := range tries {
-			p := hostilePod(v.namespace, fmt.Sprintf("guard%d-attack-012345678%d", i, i), try.mutate)
-			p.Spec.AutomountServiceAccountToken = ptr.To(false)
+			p := madeByAgent(hostilePod(v.namespace, fmt.Sprintf("guard%d-attack-012345678%d", i, i), try.mutate))
 			_, err := agent.CoreV1().Pods(v.namespace).Create(context.Background(), p, metav1.CreateOptions{})
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), try.want) {
 				t.Errorf("guard, %s: got %v, want Forbidden containing %q", try.name, err, try.want)
@@ -364,10 +385,9 @@ func TestHostilePods(t *testing.T) {
 		// privilege escalation is now refused at the host API too.
 		agent := asAgent(t, v)
 		eventually(t, time.Minute, "the guard at restricted", func(ctx context.Context) (bool, error) {
-			p := hostilePod(v.namespace, "guardr-attack-0123456789", func(p *corev1.Pod) {
+			p := madeByAgent(hostilePod(v.namespace, "guardr-attack-0123456789", func(p *corev1.Pod) {
 				scOf(ctr0(p)).RunAsUser, scOf(ctr0(p)).AllowPrivilegeEscalation = ptr.To(int64(0)), ptr.To(true)
-			})
-			p.Spec.AutomountServiceAccountToken = ptr.To(false)
+			}))
 			_, err := agent.CoreV1().Pods(v.namespace).Create(ctx, p, metav1.CreateOptions{})
 			if err == nil {
 				_ = host.CoreV1().Pods(v.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})

@@ -333,9 +333,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil {
-			// A call cut short by the deadline itself says nothing about
-			// the condition; the error before it does.
-			if ctx.Err() == nil || last == nil {
+			// A call that ends at the deadline may have been cut short by
+			// it (a List cancelled, a rate limiter refusing a wait past
+			// it): that says nothing about the condition, the error
+			// before it does.
+			if deadline, _ := ctx.Deadline(); time.Until(deadline) > time.Second || last == nil {
 				last = err
 			}
 			return false, nil
