@@ -215,6 +215,7 @@ func findHostCopy(ctx context.Context, v *vcluster, resource, ns, name string) (
 // nil when there is none, and the host's error when it could not look.
 func lookupHostCopy(ctx context.Context, v *vcluster, resource, ns, name string) (any, error) {
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=k3k-kubelet,k3k.io/cluster=" + v.name + ",k3k.io/virtual-namespace=" + ns}
+	var copies []metav1.Object
 	switch resource {
 	case "pods":
 		list, err := host.CoreV1().Pods(v.namespace).List(ctx, sel)
@@ -222,9 +223,7 @@ func lookupHostCopy(ctx context.Context, v *vcluster, resource, ns, name string)
 			return nil, fmt.Errorf("listing host pods: %w", err)
 		}
 		for i := range list.Items {
-			if list.Items[i].Annotations["k3k.io/virtual-name"] == name {
-				return &list.Items[i], nil
-			}
+			copies = append(copies, &list.Items[i])
 		}
 	case "services":
 		list, err := host.CoreV1().Services(v.namespace).List(ctx, sel)
@@ -232,9 +231,12 @@ func lookupHostCopy(ctx context.Context, v *vcluster, resource, ns, name string)
 			return nil, fmt.Errorf("listing host Services: %w", err)
 		}
 		for i := range list.Items {
-			if list.Items[i].Annotations["k3k.io/virtual-name"] == name {
-				return &list.Items[i], nil
-			}
+			copies = append(copies, &list.Items[i])
+		}
+	}
+	for _, c := range copies {
+		if c.GetAnnotations()["k3k.io/virtual-name"] == name {
+			return c, nil
 		}
 	}
 	return nil, nil

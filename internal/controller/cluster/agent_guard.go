@@ -49,9 +49,9 @@ const ownName = `'-[0-9a-f]{10}$'`
 // PodDefaults are what every agent gives the pods it makes, by the
 // install-wide settings it runs with (AgentDefaults: the controller's
 // --agent-* flags, the chart's sharedAgent values; pkg/agent/translate,
-// defaults.go and images.go). The guard holds
-// the agents' pods to them too, so that a subverted agent cannot hand the
-// host a pod without the defaults a working one gives every workload.
+// defaults.go and images.go). The guard holds the agents' pods to them too,
+// so that a subverted agent cannot hand the host a pod without the defaults
+// a working one gives every workload.
 type PodDefaults struct {
 	// SeccompDefault: every pod carries a pod-level seccomp profile
 	// (RuntimeDefault where the tenant named none; --agent-seccomp-default).
