@@ -272,8 +272,7 @@ func logKubeProxyAbout(t *testing.T, ip string) {
 
 // httpOK GETs /healthz on ip:port from this machine, through kube-proxy.
 func httpOK(ip string, port int) error {
-	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + net.JoinHostPort(ip, strconv.Itoa(port)) + "/healthz")
+	resp, err := probeClient(3 * time.Second).Get("http://" + net.JoinHostPort(ip, strconv.Itoa(port)) + "/healthz")
 	if err != nil {
 		return err
 	}
@@ -283,6 +282,17 @@ func httpOK(ip string, port int) error {
 		return fmt.Errorf("%s: %s", resp.Status, body)
 	}
 	return nil
+}
+
+// probeClient is an HTTP client for probes that wait for a route to appear:
+// every request opens a new connection. A reused one would keep the route of
+// the first try. On this machine a Service address kube-proxy has no rule for
+// yet leaves by the default route, and the sandbox's gateway answers any HTTP
+// request with 404 and keeps the connection open; with keep-alive every later
+// probe went down that connection to the gateway, 404 after 404, long after
+// kube-proxy had added the rule (TestSharedAgent failed so, 2 runs of 6).
+func probeClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 }
 
 func restarts(p *corev1.Pod) int32 {

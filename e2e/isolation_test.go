@@ -296,7 +296,7 @@ func TestTenantIsolationDefaults(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+			resp, err := probeClient(3 * time.Second).Do(req)
 			if err != nil {
 				return false, err
 			}
