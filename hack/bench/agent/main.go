@@ -8,8 +8,9 @@
 //
 // Everything is real but the node: a host and a virtual kube-apiserver on one
 // etcd (envtest binaries), the agent running in this process as cmd/kubelet
-// wires it, under the chart's agent guard, with the agent ServiceAccount's
-// rights. No kubelet runs the host pods, so this is the agent's and the two
+// wires it, with the agent ServiceAccount's rights, under the agent guard the
+// chart renders for that setting (so the guard's rules for the defaults are
+// part of what "defaults on" costs). No kubelet runs the host pods, so this is the agent's and the two
 // API servers' share of starting a pod, which is what the defaults can cost.
 // The settings alternate within each round, so a machine that gets busier
 // or an etcd that grows weighs on both alike; the table gives each setting's
@@ -48,6 +49,7 @@ import (
 )
 
 const (
+	guardName     = "k3k-agent-guard"
 	hostNamespace = "tenant"
 	clusterName   = "bench"
 	nodeName      = "k3k-bench-kubelet"
@@ -86,6 +88,10 @@ type env struct {
 	virtualConfig *rest.Config
 	agentHost     *rest.Config
 	cluster       *v1beta1.Cluster
+	// probe is a host pod as the loosest setting makes it (no seccomp
+	// profile): the guard of "defaults on" refuses it, that of "defaults
+	// off" admits it, which tells when the guard for a setting is in effect.
+	probe *corev1.Pod
 }
 
 func bench(pods, rounds int) error {
@@ -188,14 +194,22 @@ func start(ctx context.Context, sub func(string) string) (*env, func(), error) {
 		cluster:       &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: hostNamespace, UID: "bench-uid"}},
 	}
 	role := cluster.DesiredAgentClusterRole("k3k-agent")
-	// The guard as a host with every default off installs it (every
-	// setting's changes applied), so that it lets every setting's pods
-	// through.
+	// Every setting's changes applied: the loosest agent, whose guard lets
+	// every setting's pods through. run puts each setting's own in place.
 	loosest := e.config()
 	for _, s := range settings {
 		s.change(&loosest)
 	}
-	policy, binding := cluster.DesiredAgentGuard("k3k-agent-guard", cluster.PodDefaultsOf(loosest).CEL())
+	tr, err := translate.New(loosest)
+	if err != nil {
+		return nil, stop, err
+	}
+	vprobe := benchPod("guard-probe")
+	vprobe.Namespace, vprobe.UID = "probe", "guard-probe"
+	if e.probe, err = tr.HostPod(vprobe); err != nil {
+		return nil, stop, fmt.Errorf("the guard's probe pod: %w", err)
+	}
+	policy, binding := cluster.DesiredAgentGuard(guardName, cluster.PodDefaultsOf(loosest).CEL())
 	for what, create := range map[string]func() error{
 		"namespace": func() error {
 			_, err := e.host.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostNamespace}}, metav1.CreateOptions{})
@@ -250,6 +264,9 @@ func (e *env) config() translate.Config {
 func (e *env) run(ctx context.Context, s setting, round, pods int) (float64, error) {
 	tc := e.config()
 	s.change(&tc)
+	if err := e.holdGuardTo(ctx, tc); err != nil {
+		return 0, err
+	}
 	a, err := agent.New(agent.Config{
 		Translate:  tc,
 		Node:       node.Config{InternalIP: "127.0.0.1", LeaseDuration: 10 * time.Second, StatusInterval: 30 * time.Second},
@@ -326,6 +343,36 @@ func (e *env) run(ctx context.Context, s setting, round, pods int) (float64, err
 		return 0, err
 	}
 	return secs, nil
+}
+
+// holdGuardTo puts in place the agent guard the chart renders for an agent
+// configured as tc, and waits until the host API server enforces it: the
+// probe pod, sent as the agent in a dry run, is refused by the guard when tc
+// has the seccomp default on and admitted when it is off.
+func (e *env) holdGuardTo(ctx context.Context, tc translate.Config) error {
+	want, _ := cluster.DesiredAgentGuard(guardName, cluster.PodDefaultsOf(tc).CEL())
+	policies := e.host.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	current, err := policies.Get(ctx, guardName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	current.Spec = want.Spec
+	if _, err := policies.Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating the guard: %w", err)
+	}
+	agentClient := kubernetes.NewForConfigOrDie(e.agentHost)
+	refuse := !tc.DisableSeccompDefault
+	return waitFor(ctx, time.Minute, "the guard for this setting in effect", func() error {
+		_, err := agentClient.CoreV1().Pods(hostNamespace).Create(ctx, e.probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		refused := err != nil && strings.Contains(err.Error(), guardName)
+		switch {
+		case err != nil && !refused:
+			return err
+		case refused != refuse:
+			return fmt.Errorf("the probe pod refused: %t, want %t", refused, refuse)
+		}
+		return nil
+	})
 }
 
 // benchPod is a workload pod as a Deployment would make it, bound to the
