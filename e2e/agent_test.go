@@ -9,9 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -93,11 +91,6 @@ func TestSharedAgent(t *testing.T) {
 	}
 
 	var hostSvc *corev1.Service
-	t.Cleanup(func() {
-		if t.Failed() && hostSvc != nil {
-			logKubeProxyAbout(t, hostSvc.Spec.ClusterIP)
-		}
-	})
 	eventually(t, 3*time.Minute, "the host copy of Service web with the pod as its endpoint", func(ctx context.Context) (bool, error) {
 		s, err := lookupHostCopy(ctx, v, "services", ns, "web")
 		switch {
@@ -240,34 +233,6 @@ func lookupHostCopy(ctx context.Context, v *vcluster, resource, ns, name string)
 		}
 	}
 	return nil, nil
-}
-
-// logKubeProxyAbout logs what the host cluster's kube-proxy said about
-// address ip, and its last sync, when its log is where hack/hostcluster
-// keeps it (beside the host kubeconfig): at --v=2 it names every Service
-// address it programs. A Service that never answers on its ClusterIP while
-// its pod does is one kube-proxy has not programmed.
-func logKubeProxyAbout(t *testing.T, ip string) {
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(os.Getenv("KUBECONFIG")), "log", "kube-proxy.log"))
-	if err != nil {
-		t.Logf("kube-proxy log: %v", err)
-		return
-	}
-	var about []string
-	last := ""
-	for _, line := range strings.Split(string(data), "\n") {
-		switch {
-		case strings.Contains(line, ip+":"):
-			about = append(about, line)
-		case strings.Contains(line, "Reloading service iptables data"):
-			last = line
-		}
-	}
-	shown := about
-	if len(about) > 20 {
-		shown = append(append([]string{}, about[:10]...), about[len(about)-10:]...)
-	}
-	t.Logf("kube-proxy named %s in %d lines (at most the first and last 10 shown); its last sync: %s\n%s", ip, len(about), last, strings.Join(shown, "\n"))
 }
 
 // httpOK GETs /healthz on ip:port from this machine, through kube-proxy.

@@ -302,7 +302,7 @@ cmd_up() {
   kc apply -f "$ROOT/hack/hostcluster/manifests/storage.yaml" >/dev/null
   launch kubelet "$TOOLS/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
     --root-dir="$VAR/kubelet" --cert-dir="$VAR/kubelet/pki" --node-ip="$NODE_IP" --hostname-override="$NODE"
-  launch kube-proxy "$TOOLS/kube-proxy" --config="$ETC/kube-proxy.yaml" --v=2
+  launch kube-proxy "$TOOLS/kube-proxy" --config="$ETC/kube-proxy.yaml"
   launch provisioner "$BIN/provisioner" --kubeconfig "$PKI/admin.kubeconfig" --root "$VAR/volumes"
   until_ok 90 "node $NODE Ready" node_ready
   say "node Ready"
