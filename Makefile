@@ -11,7 +11,10 @@
 #   staticcheck       v0.8.2   (hack/tools/staticcheck)
 #   actionlint        v1.7.12  (hack/tools/actionlint)  — .github/workflows in make verify
 #   coredns           v1.14.7  (go.mod, hack/tools/_main/coredns) — the e2e host cluster's DNS
-#   k3s               v1.34.3+k3s1 (../shared/k3s/k3s-4035a25a.tar.gz, hack/k3s.sh) — the e2e server
+#   k3s               v1.34.3+k3s1 (../shared/k3s/k3s-4035a25a.tar.gz, hack/k3s.sh) — the e2e server,
+#                     and its containerd v2.1.5 (the k3s binary run as containerd) the e2e node's runtime
+#   containerd shim   v2.1.5   (hack/tools/containerd-shim) — containerd-shim-runc-v2 of the e2e node
+#   runc              v1.4.0   (hack/tools/runc, cgo + libseccomp) — the e2e node's OCI runtime
 #   Libraries: controller-runtime v0.25.2, client-go v0.37.0, kine v0.17.5,
 #   etcd server/client v3.7.3 (go.mod).
 

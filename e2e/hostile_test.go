@@ -217,12 +217,18 @@ func hostilePod(ns, name string, mutate func(*corev1.Pod)) *corev1.Pod {
 }
 
 // madeByAgent gives p what the agent gives every host pod under the e2e
-// chart's values (no token, a pod-level RuntimeDefault seccomp profile where
-// it names none, a memory limit where a container sets none), so that the
-// agent guard judges p by the one setting a case is about, not by a default
-// it leaves out.
+// chart's values (no token, a user namespace, a pod-level RuntimeDefault
+// seccomp profile where it names none, a memory limit where a container sets
+// none), so that the agent guard judges p by the one setting a case is about,
+// not by a default it leaves out.
 func madeByAgent(p *corev1.Pod) *corev1.Pod {
 	p.Spec.AutomountServiceAccountToken = ptr.To(false)
+	// A user namespace, where the node's runtime supports them (the e2e
+	// host's does: the Cluster's UserNamespaces condition is True); the API
+	// refuses one beside a host namespace.
+	if p.Spec.HostUsers == nil && !p.Spec.HostNetwork && !p.Spec.HostPID && !p.Spec.HostIPC {
+		p.Spec.HostUsers = ptr.To(false)
+	}
 	if psc(p).SeccompProfile == nil {
 		psc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 	}
@@ -352,6 +358,7 @@ func TestHostilePods(t *testing.T) {
 				psc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
 			}},
 			{"host network", "must not use the host's network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }},
+			{"the node's users", "must run in a user namespace (hostUsers: false): its UserNamespaces condition is True", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }},
 			{"probe host", "must not name a host in probes", func(p *corev1.Pod) {
 				ctr0(p).LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "169.254.169.254", Port: intstr.FromInt32(80)}}}
 			}},

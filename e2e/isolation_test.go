@@ -98,6 +98,40 @@ func TestTenantIsolationDefaults(t *testing.T) {
 		t.Logf("seccomp: %s; unshare -U -r: %s", strings.TrimSpace(status), firstLine(out))
 	})
 
+	t.Run("a pod runs in a user namespace of its own: root in it is no one on the node", func(t *testing.T) {
+		// The e2e node's runtime (containerd 2.1, runc 1.4) supports them, so
+		// the chart's auto turned them on for this Cluster and says why.
+		cond := waitCondition(t, clusterClient(t), v, "UserNamespaces", metav1.ConditionTrue, "Supported", time.Minute)
+		if hu := hostProbe.Spec.HostUsers; hu == nil || *hu {
+			t.Errorf("host pod %s: hostUsers %v, want false", hostProbe.Name, hu)
+		}
+		// Root inside (the control: the probe runs as root), and the user
+		// namespace maps it to an unprivileged range of the node.
+		id := run(t, "id -u")
+		uidMap, _, _ := strings.Cut(run(t, "cat /proc/self/uid_map"), "exit=")
+		fields := strings.Fields(uidMap)
+		if !strings.HasPrefix(id, "0\n") {
+			t.Errorf("id -u in the probe: %q, want 0 (the image runs as root)", id)
+		}
+		if len(fields) < 3 || fields[0] != "0" || fields[1] == "0" || fields[2] == "4294967295" {
+			t.Errorf("uid_map in the probe: %q, want root mapped to a range of the node that does not start at 0", uidMap)
+		}
+		// Opting out, as a tenant would to get the node's root back.
+		createVirtualPod(t, v, hostilePod(ns, "host-users", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }))
+		waitPodPhase(t, v, ns, "host-users", corev1.PodFailed)
+		p, err := v.client.CoreV1().Pods(ns).Get(context.Background(), "host-users", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Reason != "UnsupportedPod" || !strings.Contains(p.Status.Message, "hostUsers: true") {
+			t.Errorf("hostUsers: true: %s: %s, want UnsupportedPod naming hostUsers", p.Status.Reason, p.Status.Message)
+		}
+		if _, ok := findHostCopy(context.Background(), v, "pods", ns, "host-users"); ok {
+			t.Errorf("a host pod was made for the pod asking for the node's users")
+		}
+		t.Logf("UserNamespaces %s: %s; id -u %s, uid_map %q; hostUsers: true refused (%s)", cond.Reason, cond.Message, firstLine(id), strings.Join(fields, " "), p.Status.Message)
+	})
+
 	t.Run("a container that sets no resources gets requests, a memory limit, and its pod a pids bound", func(t *testing.T) {
 		r := hostProbe.Spec.Containers[0].Resources
 		for name, want := range map[string]struct {

@@ -38,7 +38,7 @@ import (
 //	                    so `--expose nodeport` puts the node's address into the virtual
 //	                    cluster's TLS SANs and kubeconfig
 //	E2E_CTR             command prefix for containerd's ctr, used to kill single containers;
-//	                    default "ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
+//	                    default "$K3K_TOOLS_DIR/ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
 //	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 3;
 //	                    more for a measurement)
 //	E2E_BOOTSTRAP_COMPARE=1 TestBootstrapLockAfterDeletionDuringFirstStart also times
@@ -142,7 +142,16 @@ func setup(m *testing.M) (int, error) {
 
 	ctr := os.Getenv("E2E_CTR")
 	if ctr == "" {
-		ctr = "ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
+		// The host cluster's own ctr (k3s's, the node's containerd release).
+		tools := os.Getenv("K3K_TOOLS_DIR")
+		if tools == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return 0, err
+			}
+			tools = filepath.Join(home, ".cache", "k3k", "tools")
+		}
+		ctr = filepath.Join(tools, "ctr") + " --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
 	}
 	cfg.ctr = strings.Fields(ctr)
 	cfg.rounds = 3

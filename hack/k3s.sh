@@ -16,7 +16,8 @@
 # usage: hack/k3s.sh binary TARBALL         build (or reuse) the binaries; prints k3s's path
 #        hack/k3s.sh image TARBALL OUT.tar  the binary packed as k3k-io/k3s:$K3S_TAG
 #        hack/k3s.sh kube DEST CMD...       the Kubernetes commands CMD, built from
-#                                           $K3S_SOURCE, linked into DEST
+#                                           $K3S_SOURCE, linked into DEST; containerd
+#                                           and ctr are k3s itself under those names
 #
 # env:   K3K_TOOLS_DIR (default ~/.cache/k3k/tools): the cache lives in $K3K_TOOLS_DIR/k3s
 #        K3S_SOURCE    the tarball `kube` builds from (default ../shared/k3s/k3s-4035a25a.tar.gz)
@@ -188,10 +189,14 @@ kube() {
   dir=$(dirname "$(binary "$K3S_SOURCE")")/kube
   mkdir -p "$dest"
   for c in "$@"; do
-    [ -x "$dir/$c" ] || die "$c is not one of the Kubernetes commands built with k3s (${KUBE_CMDS[*]})"
-    [ "$dir/$c" -ef "$dest/$c" ] && continue
+    local src=$dir/$c
+    # k3s itself is containerd and ctr when called by those names (its
+    # embedded containerd, the release k3s ships).
+    case $c in containerd | ctr) src=$(dirname "$dir")/k3s ;; esac
+    [ -x "$src" ] || die "$c is not one of the commands built with k3s (${KUBE_CMDS[*]} containerd ctr)"
+    [ "$src" -ef "$dest/$c" ] && continue
     local tmp=$dest/.$c.$$.tmp
-    ln -f "$dir/$c" "$tmp" 2>/dev/null || cp "$dir/$c" "$tmp"
+    ln -f "$src" "$tmp" 2>/dev/null || cp "$src" "$tmp"
     # Two callers waiting for the same build (CI's host cluster build and its
     # test phase) may link the same file: mv then refuses to move a file onto
     # itself, and the file is in place already.

@@ -36,6 +36,12 @@ const (
 	// being loaded (False RestorePending), failed (False RestoreFailed, or a
 	// claim reason), or was ignored because the cluster holds data already.
 	ConditionRestored = "Restored"
+	// ConditionUserNamespaces is present on a Cluster with a shared-mode
+	// agent: True when the agent runs its pods in user namespaces
+	// (hostUsers: false), False with the reason otherwise. The agent guard
+	// reads it: while True, the host API refuses an agent's pod that keeps
+	// the node's users below the privileged level. It does not gate Ready.
+	ConditionUserNamespaces = "UserNamespaces"
 )
 
 // Reasons of Migrating: the step.
@@ -173,6 +179,21 @@ const (
 const (
 	ReasonAgentsReady    = "AgentsReady"
 	ReasonAgentsStarting = "AgentsStarting"
+)
+
+// Reasons of UserNamespaces.
+const (
+	// ReasonUserNamespacesRequired: the host administrator turned them on
+	// (sharedAgent.userNamespaces true), whatever the nodes report.
+	ReasonUserNamespacesRequired = "Required"
+	// ReasonUserNamespacesSupported: turned on because every node the
+	// workloads may run on reports support (sharedAgent.userNamespaces auto).
+	ReasonUserNamespacesSupported = "Supported"
+	// ReasonUserNamespacesDisabled: the host administrator turned them off.
+	ReasonUserNamespacesDisabled = "Disabled"
+	// ReasonUserNamespacesUnsupported: auto, and a node's runtime does not
+	// support them (or no node could run the workloads).
+	ReasonUserNamespacesUnsupported = "Unsupported"
 )
 
 // Reasons of the Paused condition (and of Ready while paused).

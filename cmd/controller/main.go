@@ -50,6 +50,7 @@ type agentFlags struct {
 	seccompProfiles                string
 	defaultRequests, defaultLimits string
 	alwaysPullImages               bool
+	userNamespaces                 string
 }
 
 // defaultWorkers is the default of --workers: see docs/architecture.md,
@@ -148,6 +149,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.agent.defaultRequests, "agent-default-requests", "", "requests of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (cpu=10m,memory=32Mi)")
 	fs.StringVar(&o.agent.defaultLimits, "agent-default-limits", "", "limits of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (memory=512Mi)")
 	fs.BoolVar(&o.agent.alwaysPullImages, "agent-always-pull-images", true, "agents give every workload container the pull policy Always, so a node checks the pod's own credentials before running a cached image; false passes --always-pull-images=false to every agent (hosts whose images are loaded into the nodes)")
+	fs.StringVar(&o.agent.userNamespaces, "agent-user-namespaces", "auto", "whether agents run workloads in user namespaces (hostUsers: false): auto, for each Cluster while every node its workloads may run on reports runtime support (reads Nodes); true, always; false, never")
 	fs.BoolVar(&o.cfg.Agent.AllowRegistryAddresses, "agent-allow-registry-addresses", false, "let workload images name their registry by IP, localhost or a one-label name (passes --allow-registry-addresses to every agent); refused by default")
 	fs.StringVar(&o.cfg.Agent.HostClusterDomain, "host-cluster-domain", cluster.DefaultHostClusterDomain, "the host cluster's DNS domain; passed to agents when not "+cluster.DefaultHostClusterDomain)
 	if err := fs.Parse(args); err != nil {
@@ -233,6 +235,11 @@ func (f agentFlags) apply(d *cluster.AgentDefaults) error {
 	d.DisableSeccompDefault = !f.seccompDefault
 	d.DisableAlwaysPullImages = !f.alwaysPullImages
 	d.SeccompLocalhostProfiles = splitList(f.seccompProfiles)
+	mode, err := cluster.ParseUserNamespacesMode(f.userNamespaces)
+	if err != nil {
+		return fmt.Errorf("--agent-user-namespaces %w", err)
+	}
+	d.UserNamespaces = mode
 	for _, l := range []struct {
 		flag, value string
 		into        *corev1.ResourceList

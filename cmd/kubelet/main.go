@@ -67,6 +67,7 @@ type options struct {
 	maxTerminationGracePeriodSeconds       int64
 	alwaysPullImages                       bool
 	allowRegistryAddresses                 bool
+	userNamespaces                         bool
 }
 
 func main() {
@@ -131,6 +132,7 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.StringVar(&o.defaultLimits, "default-limits", "memory=512Mi", "name=quantity limits given to containers that set no limit of a resource; cpu, memory and ephemeral-storage; empty for none")
 	f.BoolVar(&o.alwaysPullImages, "always-pull-images", true, "give every host container and image volume the pull policy Always, so the node checks the pod's own pull credentials before running an image it has cached (off only where images are loaded into the nodes, never pulled)")
 	f.BoolVar(&o.allowRegistryAddresses, "allow-registry-addresses", false, "let images name their registry by address (an IP, localhost, a one-label name); refused by default, since the node connects there to pull")
+	f.BoolVar(&o.userNamespaces, "user-namespaces", false, "run every host pod in a user namespace of its own (hostUsers: false; below the privileged level a pod may not opt out); only where every host node's runtime supports user namespaces, which the controller checks")
 	f.Int64Var(&o.maxTerminationGracePeriodSeconds, "max-termination-grace-period-seconds", translate.DefaultMaxTerminationGracePeriodSeconds, "cap on a host pod's terminationGracePeriodSeconds and on every host pod deletion's grace period; at least 1")
 }
 
@@ -185,6 +187,7 @@ func agentConfig(o options) (agent.Config, error) {
 			MaxTerminationGracePeriodSeconds: o.maxTerminationGracePeriodSeconds,
 			AlwaysPullImages:                 o.alwaysPullImages,
 			AllowRegistryAddresses:           o.allowRegistryAddresses,
+			UserNamespaces:                   o.userNamespaces,
 		},
 		Node: node.Config{
 			Name:        o.nodeName,
@@ -290,7 +293,8 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	logr.FromContextOrDiscard(ctx).Info("agent starting", "cluster", o.clusterName, "hostNamespace", cfg.Translate.HostNamespace,
 		"node", cfg.Translate.NodeName, "podSecurityLevel", cfg.Translate.PodSecurityLevel,
 		"seccompDefault", !cfg.Translate.DisableSeccompDefault, "maxTerminationGracePeriodSeconds", cfg.Translate.MaxTerminationGracePeriodSeconds,
-		"alwaysPullImages", cfg.Translate.AlwaysPullImages, "allowRegistryAddresses", cfg.Translate.AllowRegistryAddresses)
+		"alwaysPullImages", cfg.Translate.AlwaysPullImages, "allowRegistryAddresses", cfg.Translate.AllowRegistryAddresses,
+		"userNamespaces", cfg.Translate.UserNamespaces)
 	return a.Run(ctx, virtual)
 }
 

@@ -24,8 +24,12 @@ DIR=${HOSTCLUSTER_DIR:-/tmp/k3k-hostcluster}
 DIR=${DIR%/}
 TOOLS=${K3K_TOOLS_DIR:-$HOME/.cache/k3k/tools}
 NETPOL=${HOSTCLUSTER_NETPOL:-1}
-# postgresql: the external datastore scenario's database (hack/postgres.sh)
-PACKAGES="gcc libc6-dev containerd runc containernetworking-plugins iptables ipset conntrack busybox-static postgresql"
+# postgresql: the external datastore scenario's database (hack/postgres.sh);
+# libseccomp-dev, pkg-config: runc is built with cgo against libseccomp. The runtime is not
+# Debian's (containerd 1.6, runc 1.1, which cannot run pods in user
+# namespaces) but containerd 2.1 (k3s's), its shim and runc 1.4, built from
+# source (hack/build-tools.sh).
+PACKAGES="gcc libc6-dev pkg-config libseccomp-dev containernetworking-plugins iptables ipset conntrack busybox-static postgresql"
 
 BIN=$DIR/bin IMAGES=$DIR/images PKI=$DIR/pki ETC=$DIR/etc VAR=$DIR/var RUN=$DIR/run LOG=$DIR/log
 SOCK=$RUN/containerd/containerd.sock
@@ -50,7 +54,7 @@ NODE_IP=${NODE_IP:-$(default_ip || true)}
 
 say() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
 die() { printf 'hostcluster: %s\n' "$*" >&2; exit 1; }
-ctr_() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
+ctr_() { "$TOOLS/ctr" --address "$SOCK" --namespace k8s.io "$@"; }
 kc() { "$KUBECTL" "$@"; }
 
 # until SECONDS WHAT COMMAND…: retry COMMAND every half second.
@@ -114,8 +118,9 @@ cmd_build() {
   fi
   # CoreDNS too: it lives beside the other upstream binaries, in the cache that
   # outlives $DIR (which may be under /tmp).
-  say "kubernetes, etcd and coredns binaries into $TOOLS"
-  "$ROOT/hack/build-tools.sh" "$TOOLS" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd netpol coredns
+  say "kubernetes, etcd, coredns and the container runtime into $TOOLS"
+  "$ROOT/hack/build-tools.sh" "$TOOLS" containerd-shim-runc-v2 runc etcd netpol coredns \
+    kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl containerd ctr
   mkdir -p "$BIN" "$IMAGES"
   say "harness tools"
   (cd "$ROOT/hack/hostcluster/tools" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$BIN/" ./mkimage ./pause ./pki ./provisioner)
@@ -137,7 +142,7 @@ cmd_build() {
 write_config() {
   mkdir -p "$ETC/cni" "$VAR" "$RUN/containerd" "$LOG"
   cat >"$ETC/containerd.toml" <<EOF
-version = 2
+version = 2 # containerd 2 migrates it in memory (a warning in its log)
 root = "$VAR/containerd"
 state = "$RUN/containerd"
 [grpc]
@@ -157,6 +162,7 @@ state = "$RUN/containerd"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$RUN/runc"
+        BinaryName = "$TOOLS/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$ETC/cni"
@@ -243,7 +249,7 @@ raise_inotify_limits() {
 cmd_up() {
   need_root
   [ -n "$NODE_IP" ] || die "cannot find this machine's address (no default route); set NODE_IP"
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd containerd ctr containerd-shim-runc-v2 runc; do
     [ -x "$TOOLS/$b" ] || die "$TOOLS/$b missing: run '$0 build'"
   done
   if [ "$NETPOL" = 1 ]; then
@@ -268,7 +274,8 @@ cmd_up() {
     --listen-peer-urls http://127.0.0.1:2480 --initial-advertise-peer-urls http://127.0.0.1:2480 \
     --initial-cluster hostcluster=http://127.0.0.1:2480 --listen-metrics-urls http://127.0.0.1:2481 \
     --unsafe-no-fsync --log-level warn
-  launch containerd containerd --config "$ETC/containerd.toml"
+  # k3s's containerd (v2.1, from the k3s build) finds its shim on the PATH.
+  launch containerd env PATH="$TOOLS:$PATH" "$TOOLS/containerd" --config "$ETC/containerd.toml"
   # k3s's Kubernetes (hack/k3s.sh) writes the loopback client certificate into
   # --cert-dir; its default, /var/run/kubernetes, is not ours to create.
   mkdir -p "$VAR/kube-apiserver"

@@ -304,7 +304,11 @@ func TestChartGrantsNothingMore(t *testing.T) {
 		{"list Secrets cluster-wide", authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}},
 		{"create pods", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "create", Resource: "pods"}},
 		{"exec into pods", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "create", Resource: "pods", Subresource: "exec"}},
-		{"read nodes", authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes"}},
+		// Reading Nodes is granted for userNamespaces auto (the default);
+		// writing them, and their proxy (every kubelet's API), are not.
+		{"update nodes", authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes"}},
+		{"update node status", authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes", Subresource: "status"}},
+		{"proxy to nodes", authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "proxy"}},
 		{"create ClusterRoles", authorizationv1.ResourceAttributes{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}},
 		{"bind cluster-admin", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "cluster-admin"}},
 		{"delete pods", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Resource: "pods"}},

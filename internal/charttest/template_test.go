@@ -119,9 +119,20 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--watch-namespaces=team-a,team-b")
 			// Only the agent's and the backup Jobs' ClusterRoles, which grant
-			// nothing until the controller binds them in a watched namespace.
-			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 2 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil {
-				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s and %s", n, agentRole, backupExecRole)
+			// nothing until the controller binds them in a watched namespace,
+			// and reading Nodes (userNamespaces auto, the default), which are
+			// cluster-wide.
+			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 4 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil ||
+				find(objs, "ClusterRole", "", release+"-nodes") == nil || find(objs, "ClusterRoleBinding", "", release+"-nodes") == nil {
+				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s, %s and %s-nodes (bound)", n, agentRole, backupExecRole, release)
+			}
+			var nodes rbacv1.ClusterRole
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(objs, "ClusterRole", "", release+"-nodes").Object, &nodes); err != nil {
+				t.Fatal(err)
+			}
+			want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}
+			if diff := cmp.Diff(want, nodes.Rules); diff != "" {
+				t.Errorf("the nodes ClusterRole grants more than reading Nodes (-want +got):\n%s", diff)
 			}
 			for _, ns := range []string{"team-a", "team-b"} {
 				if find(objs, "Role", ns, release) == nil || find(objs, "RoleBinding", ns, release) == nil {
@@ -136,7 +147,11 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json",
 				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal",
-				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true")
+				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false")
+			// Nodes are read only to decide user namespaces (auto).
+			if n := kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", release+"-nodes") != nil {
+				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v: want only the controller's own binding with userNamespaces false", n, find(objs, "ClusterRole", "", release+"-nodes") != nil)
+			}
 		},
 	}, {
 		values: "defaults.yaml",

@@ -148,8 +148,9 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 // classes claims may name are the Cluster's spec.storageClasses; Ingresses
 // are copied with spec.ingresses; spec.maxTerminationGracePeriodSeconds caps
 // the workloads' grace periods. The host administrator's AgentDefaults
-// follow the Cluster's flags.
-func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
+// follow the Cluster's flags; userNamespaces is the decision of
+// userNamespacesCondition.
+func AgentArgs(c *v1beta1.Cluster, cfg Config, userNamespaces bool) []string {
 	args := []string{
 		layout.AgentBinary,
 		"--cluster-name=" + c.Name,
@@ -185,6 +186,9 @@ func AgentArgs(c *v1beta1.Cluster, cfg Config) []string {
 	}
 	if n := c.Spec.MaxTerminationGracePeriodSeconds; n != nil {
 		args = append(args, "--max-termination-grace-period-seconds="+strconv.FormatInt(*n, 10))
+	}
+	if userNamespaces {
+		args = append(args, "--user-namespaces")
 	}
 	return append(args, agentDefaultsArgs(cfg.Agent)...)
 }
@@ -252,7 +256,7 @@ func AgentPodSecurityLevel(c *v1beta1.Cluster, cfg Config) v1beta1.PodSecurityLe
 // DesiredAgentDeployment runs one agent. One replica with the Recreate
 // strategy: two agents registering the same node would fight over its Lease
 // and over the host pods, so the old one is gone before the new one starts.
-func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
+func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config, userNamespaces bool) *appsv1.Deployment {
 	n := layout.NamesFor(c)
 	var pullSecrets []corev1.LocalObjectReference
 	for _, name := range cfg.PullSecrets {
@@ -283,7 +287,7 @@ func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config) *appsv1.Deployment {
 						Name:            "kubelet",
 						Image:           cfg.AgentImage,
 						ImagePullPolicy: cfg.PullPolicy,
-						Command:         AgentArgs(c, cfg),
+						Command:         AgentArgs(c, cfg, userNamespaces),
 						Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
 						}}},

@@ -529,6 +529,11 @@ func podSecurityVariables(allowPrivileged string) []admissionregistrationv1.Vari
 		// the Cluster's, or the agent's default.
 		{Name: "maxGrace", Expression: "has(params.spec.maxTerminationGracePeriodSeconds) ? params.spec.maxTerminationGracePeriodSeconds : " +
 			strconv.FormatInt(agentDefaultMaxGrace, 10)},
+		// The controller's decision that the agent runs its pods in user
+		// namespaces (userns.go), which the agent cannot change: its Role
+		// has no rights on Clusters.
+		{Name: "userns", Expression: "variables.mine && has(params.status) && has(params.status.conditions) && " +
+			"params.status.conditions.exists(c, c.type == '" + v1beta1.ConditionUserNamespaces + "' && c.status == 'True')"},
 	}
 }
 
@@ -564,6 +569,17 @@ func podSecurityValidations() []admissionregistrationv1.Validation {
 			Expression: "!variables.pod || !variables.mine || ((!has(object.spec.terminationGracePeriodSeconds) || object.spec.terminationGracePeriodSeconds <= variables.maxGrace) && " +
 				"variables.containers.all(c, " + probeGrace("livenessProbe") + " && " + probeGrace("startupProbe") + "))",
 			MessageExpression: "'a pod made by a k3k agent for cluster ' + params.metadata.name + ' may have grace periods of at most ' + string(variables.maxGrace) + ' s (spec.maxTerminationGracePeriodSeconds)'",
+			Reason:            forbidden,
+		},
+		{
+			// Below privileged (translate.userNamespaceProblems); Windows
+			// pods have no user namespaces, and the API refuses a user
+			// namespace beside a host namespace, which the main guard
+			// refuses at every level anyway (so its reason is the one given).
+			Expression: "!variables.enforce || !variables.userns || (has(object.spec.os) && object.spec.os.name == 'windows') || " +
+				"(has(object.spec.hostNetwork) && object.spec.hostNetwork) || (has(object.spec.hostPID) && object.spec.hostPID) || " +
+				"(has(object.spec.hostIPC) && object.spec.hostIPC) || (has(object.spec.hostUsers) && !object.spec.hostUsers)",
+			MessageExpression: "'a pod made by a k3k agent for cluster ' + params.metadata.name + ' must run in a user namespace (hostUsers: false): its UserNamespaces condition is True'",
 			Reason:            forbidden,
 		},
 		rule(false, "variables.containers.all(c, !"+csc("privileged")+" || !c.securityContext.privileged)", "no privileged containers"),

@@ -272,18 +272,8 @@ func TestAgentPodSecurityGuard(t *testing.T) {
 		if err := k8s.Delete(ctx, trusted); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(time.Minute)
-		for i := 0; ; i++ {
-			name := fmt.Sprintf("p3-%d-shop-0123456789", i)
-			_, err := a.CoreV1().Pods(ns2).Create(ctx, hostPod(name, privileged), metav1.CreateOptions{})
-			if err != nil && strings.Contains(err.Error(), "must meet Pod Security level baseline: no privileged containers") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("an agent whose Cluster is gone still ran a privileged pod beside another Cluster: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		tryUntil(t, a, ns2, "p3-", privileged, refusedSaying("must meet Pod Security level baseline: no privileged containers"),
+			"an agent whose Cluster is gone still ran a privileged pod beside another Cluster")
 	})
 
 }
@@ -306,5 +296,124 @@ func TestAgentPodSecurityGuardLeavesNamespacesWithoutAClusterAlone(t *testing.T)
 	other := newNamespace(t)
 	if _, err := kubernetes.NewForConfigOrDie(restConfig).CoreV1().Pods(other).Create(ctx, hostPod("plain-0123456789", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a pod in a namespace without a Cluster was refused: %v", err)
+	}
+}
+
+// setUserNamespaces writes c's UserNamespaces condition as the controller
+// would, True or False.
+func setUserNamespaces(t *testing.T, c *v1beta1.Cluster, on bool) {
+	t.Helper()
+	ctx := context.Background()
+	live := &v1beta1.Cluster{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), live); err != nil {
+		t.Fatal(err)
+	}
+	cond := userNamespacesCondition(UserNamespacesOff, nil)
+	if on {
+		cond = userNamespacesCondition(UserNamespacesOn, nil)
+	}
+	status := metav1.ConditionFalse
+	if cond.ok {
+		status = metav1.ConditionTrue
+	}
+	live.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionUserNamespaces, Status: status, Reason: cond.reason, Message: cond.message, LastTransitionTime: metav1.Now()}}
+	if err := k8s.Status().Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentPodSecurityGuardHoldsUserNamespaces: while a Cluster's
+// UserNamespaces condition is True, its agent's pods must run in a user
+// namespace (hostUsers: false) below the privileged level, as a working
+// agent makes them; a subverted one that leaves the field out or asks for
+// the node's users is refused by the host API. Another Cluster's condition
+// holds only its own agent, and the condition turned False lets pods keep
+// the node's users again.
+func TestAgentPodSecurityGuardHoldsUserNamespaces(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	agent := podSecurityGuard(t, ns, "false", c)
+	waitForLevel(t, agent, ns, privileged, true)
+	setUserNamespaces(t, c, true)
+
+	const want = "must run in a user namespace (hostUsers: false): its UserNamespaces condition is True"
+	inUserNS := func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(false) }
+	// The parameter informer takes the status change asynchronously.
+	tryUntil(t, agent, ns, "u", nil, refusedSaying(want), "a pod without hostUsers was never refused")
+	_, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("ua-shop-0123456789", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "for cluster "+c.Name) {
+		t.Errorf("hostUsers true: got %v, want Forbidden containing %q", err, want)
+	}
+	created, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("ub-shop-0123456789", inUserNS), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a pod in a user namespace was refused: %v", err)
+	}
+	if created.Spec.HostUsers == nil || *created.Spec.HostUsers {
+		t.Fatalf("the API server did not keep hostUsers false (feature gate UserNamespacesSupport off?): %v", created.Spec.HostUsers)
+	}
+
+	// A neighbour without user namespaces in the same namespace is not held.
+	other := sampleCluster()
+	other.Name, other.Namespace = "neighbour", ns
+	for _, obj := range []client.Object{other, DesiredAgentServiceAccount(other), DesiredAgentRoleBinding(other, "k3k-agent-"+ns)} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v", obj.GetName(), err)
+		}
+	}
+	neighbour := agentClient(other)
+	waitForLevel(t, neighbour, ns, privileged, true)
+	if _, err := neighbour.CoreV1().Pods(ns).Create(ctx, hostPod("uc-shop-0123456789", nil), metav1.CreateOptions{}); err != nil {
+		t.Errorf("the neighbour's agent was held to this cluster's user namespaces: %v", err)
+	}
+
+	// Turned off: the node's users are allowed again.
+	setUserNamespaces(t, c, false)
+	tryUntil(t, agent, ns, "ud", nil, func(err error) bool { return err == nil }, "with the condition False a pod without hostUsers is still refused")
+}
+
+// refusedSaying is an answer of the guard that refuses with want in its
+// message.
+func refusedSaying(want string) func(error) bool {
+	return func(err error) bool { return err != nil && strings.Contains(err.Error(), want) }
+}
+
+// tryUntil creates pods with change as agent, named prefix and a count, until
+// done says the answer is the awaited one: admission policies and their
+// parameters are loaded asynchronously. It fails the test with failure after
+// a minute.
+func tryUntil(t *testing.T, agent kubernetes.Interface, ns, prefix string, change func(*corev1.Pod), done func(error) bool, failure string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; ; i++ {
+		_, err := agent.CoreV1().Pods(ns).Create(context.Background(), hostPod(fmt.Sprintf("%s%d-shop-0123456789", prefix, i), change), metav1.CreateOptions{})
+		if done(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s; last answer: %v", failure, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestAgentPodSecurityGuardUserNamespacesPrivileged: a Cluster at an allowed
+// privileged level may keep the node's users (translate lets such a pod opt
+// out), even while its condition is True.
+func TestAgentPodSecurityGuardUserNamespacesPrivileged(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	c.Spec.PodSecurityLevel = v1beta1.PodSecurityPrivileged
+	agent := podSecurityGuard(t, ns, "true", c)
+	waitForLevel(t, agent, ns, privileged, false)
+	setUserNamespaces(t, c, true)
+	// Nothing to wait for that would show: give the informer a moment,
+	// then the pod must still pass.
+	time.Sleep(2 * time.Second)
+	if _, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("uh-shop-0123456789", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }), metav1.CreateOptions{}); err != nil {
+		t.Errorf("a privileged cluster's pod with the node's users was refused: %v", err)
 	}
 }

@@ -24,7 +24,7 @@ func TestAgentDeployment(t *testing.T) {
 	c := sampleCluster()
 	c.UID = "cluster-uid"
 	c.Spec.NodeSelector = map[string]string{"pool": "tenants"}
-	d := DesiredAgentDeployment(c, testConfig)
+	d := DesiredAgentDeployment(c, testConfig, false)
 
 	if d.Name != "k3k-demo-kubelet" || d.Namespace != "tenants" {
 		t.Errorf("name = %s/%s", d.Namespace, d.Name)
@@ -71,7 +71,7 @@ func TestAgentDeployment(t *testing.T) {
 func TestAgentDNSService(t *testing.T) {
 	c := sampleCluster()
 	svc := DesiredAgentDNSService(c)
-	d := DesiredAgentDeployment(c, testConfig)
+	d := DesiredAgentDeployment(c, testConfig, false)
 	if svc.Name != "k3k-demo-dns" || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		t.Errorf("service %s of type %s", svc.Name, svc.Spec.Type)
 	}
@@ -248,7 +248,7 @@ func TestAgentPodSecurityLevel(t *testing.T) {
 			if got := AgentPodSecurityLevel(c, cfg); got != tc.want {
 				t.Errorf("level %q, want %q", got, tc.want)
 			}
-			args := AgentArgs(c, cfg)
+			args := AgentArgs(c, cfg, false)
 			if last := args[len(args)-1]; last != "--pod-security-level="+string(tc.want) {
 				t.Errorf("agent argument %q", last)
 			}
@@ -261,11 +261,12 @@ func TestAgentPodSecurityLevel(t *testing.T) {
 // and nothing is added otherwise, so the Deployments of existing agents do
 // not change on an upgrade.
 func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
-	base := AgentArgs(sampleCluster(), testConfig)
+	base := AgentArgs(sampleCluster(), testConfig, false)
 	cases := []struct {
 		name    string
 		cluster func(*v1beta1.Cluster)
 		agent   AgentDefaults
+		userns  bool
 		want    []string
 	}{
 		{name: "nothing set adds nothing", want: nil},
@@ -282,6 +283,8 @@ func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
 		{name: "images pulled as the tenant says", agent: AgentDefaults{DisableAlwaysPullImages: true}, want: []string{"--always-pull-images=false"}},
 		{name: "registries by address", agent: AgentDefaults{AllowRegistryAddresses: true}, want: []string{"--allow-registry-addresses"}},
 		{name: "another host cluster domain", agent: AgentDefaults{HostClusterDomain: "corp.internal"}, want: []string{"--host-cluster-domain=corp.internal"}},
+		{name: "user namespaces decided on", userns: true, want: []string{"--user-namespaces"}},
+		{name: "user namespaces auto, decided off", agent: AgentDefaults{UserNamespaces: UserNamespacesAuto}, want: nil},
 		{name: "everything", cluster: func(c *v1beta1.Cluster) { c.Spec.MaxTerminationGracePeriodSeconds = ptr.To(int64(3600)) },
 			agent: AgentDefaults{DisableSeccompDefault: true, SeccompLocalhostProfiles: []string{"a"}, DefaultLimits: corev1.ResourceList{"cpu": resource.MustParse("2")}, HostClusterDomain: "x.local"},
 			want:  []string{"--max-termination-grace-period-seconds=3600", "--seccomp-default=false", "--seccomp-localhost-profiles=a", "--default-limits=cpu=2", "--host-cluster-domain=x.local"}},
@@ -294,7 +297,7 @@ func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
 			}
 			cfg := testConfig
 			cfg.Agent = tc.agent
-			got := AgentArgs(c, cfg)
+			got := AgentArgs(c, cfg, tc.userns)
 			if diff := cmp.Diff(base, got[:min(len(base), len(got))]); diff != "" {
 				t.Fatalf("the Cluster's own flags changed (-want +got):\n%s", diff)
 			}

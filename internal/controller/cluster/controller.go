@@ -22,11 +22,14 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -383,17 +386,36 @@ func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, o *
 	if err := ensure(ctx, r.Client, c, DesiredAgentDNSService(c), copyServiceSpec); err != nil {
 		return ctrl.Result{}, err
 	}
-	agent := DesiredAgentDeployment(c, r.Config)
+	userns, err := r.userNamespaces(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	o.userNamespaces = &userns
+	agent := DesiredAgentDeployment(c, r.Config, userns.ok)
 	if paused(c, o.settings) {
 		agent.Spec.Replicas = ptr.To(int32(0))
 	}
-	err := ensure(ctx, r.Client, c, agent, func(live, d *appsv1.Deployment) {
+	err = ensure(ctx, r.Client, c, agent, func(live, d *appsv1.Deployment) {
 		// The selector is immutable.
 		live.Spec.Replicas = d.Spec.Replicas
 		live.Spec.Strategy = d.Spec.Strategy
 		live.Spec.Template = d.Spec.Template
 	})
 	return ctrl.Result{}, err
+}
+
+// userNamespaces decides whether agents run their pods in user namespaces
+// (userNamespacesCondition), reading the Nodes only for auto.
+func (r *Reconciler) userNamespaces(ctx context.Context) (condResult, error) {
+	var nodes []corev1.Node
+	if r.Config.Agent.UserNamespaces == UserNamespacesAuto {
+		list := &corev1.NodeList{}
+		if err := r.Client.List(ctx, list); err != nil {
+			return condResult{}, fmt.Errorf("reading the Nodes, whose runtimes tell whether workloads can run in user namespaces (sharedAgent.userNamespaces auto): %w", err)
+		}
+		nodes = list.Items
+	}
+	return userNamespacesCondition(r.Config.Agent.UserNamespaces, nodes), nil
 }
 
 // observe reads what the status is derived from.
@@ -509,6 +531,9 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	// The host API server's endpoints, which the server and agent
 	// NetworkPolicies allow: its Service's EndpointSlices and nothing else
 	// (the chart grants reading them in this one namespace).
+	// Nodes, read for user namespace support (userns.go), trimmed to what
+	// is read.
+	out[&corev1.Node{}] = cache.ByObject{Transform: trimNode}
 	out[&discoveryv1.EndpointSlice{}] = cache.ByObject{
 		Namespaces: map[string]cache.Config{hostAPIServiceNamespace: {}},
 		Label:      labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: hostAPIServiceName}),
@@ -528,9 +553,31 @@ func (r *Reconciler) everyCluster(ctx context.Context, obj client.Object) []reco
 	if !isHostAPISlice(obj) {
 		return nil
 	}
+	return r.allClusters(ctx, "a change of the host API's endpoints")
+}
+
+// everyClusterForNode maps a Node that came, went or changed in what
+// userNamespacesCondition reads to every Cluster: each one's agent may run
+// pods there.
+func (r *Reconciler) everyClusterForNode(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.allClusters(ctx, "a change of a Node's user namespace support")
+}
+
+// nodeChanged passes the Node events that can change a user namespace
+// decision, not the status updates every kubelet makes.
+var nodeChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*corev1.Node)
+		cur, okNew := e.ObjectNew.(*corev1.Node)
+		return !okOld || !okNew || runsWorkloads(old) != runsWorkloads(cur) || supportsUserNamespaces(old) != supportsUserNamespaces(cur)
+	},
+}
+
+// allClusters is a request for every Cluster, after why.
+func (r *Reconciler) allClusters(ctx context.Context, why string) []reconcile.Request {
 	list := &v1beta1.ClusterList{}
 	if err := r.Client.List(ctx, list); err != nil {
-		log.FromContext(ctx).Error(err, "listing Clusters after a change of the host API's endpoints")
+		log.FromContext(ctx).Error(err, "listing Clusters after "+why)
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
@@ -552,7 +599,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("cluster").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		For(&v1beta1.Cluster{}).
@@ -573,6 +620,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&batchv1.Job{}, byClusterLabel).
 		Watches(&corev1.Pod{}, byClusterLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byClusterLabel).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster)).
-		Complete(r)
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster))
+	// Nodes only where they decide something: the chart grants reading
+	// them only for auto.
+	if r.Config.AgentImage != "" && r.Config.Agent.UserNamespaces == UserNamespacesAuto {
+		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.everyClusterForNode), builder.WithPredicates(nodeChanged))
+	}
+	return b.Complete(r)
 }

@@ -93,6 +93,10 @@ type AgentDefaults struct {
 	// AllowRegistryAddresses passes --allow-registry-addresses: images may
 	// name their registry by IP, localhost or a one-label name.
 	AllowRegistryAddresses bool
+	// UserNamespaces is whether agents run their pods in user namespaces
+	// (--user-namespaces), decided per Cluster (userns.go) and reported in
+	// its UserNamespaces condition; off when empty.
+	UserNamespaces UserNamespacesMode
 }
 
 // hostClusterDomain is d.HostClusterDomain or the default.

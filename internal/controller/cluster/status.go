@@ -41,6 +41,9 @@ type observation struct {
 	// agentWanted is false when the controller deploys no agent (no image).
 	agent       *appsv1.Deployment
 	agentWanted bool
+	// userNamespaces is the agent's user namespace decision, nil when the
+	// agent step did not run (its condition then stays as it was).
+	userNamespaces *condResult
 	// external is what was observed of the external datastore's Secret.
 	external externalState
 	// externalHosts are the hosts and ports of the endpoint that Secret
@@ -165,6 +168,9 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 	if o.agentWanted {
 		ag := agentsCondition(o.agent)
 		set(v1beta1.ConditionAgentsReady, ag.ok, ag.reason, ag.message)
+		if u := o.userNamespaces; u != nil {
+			set(v1beta1.ConditionUserNamespaces, u.ok, u.reason, u.message)
+		}
 	}
 	if o.settings.Datastore == v1beta1.EtcdDatastore {
 		for _, cond := range etcdConditions(o, c.Generation) {

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
 )
 
 // What a tenant leaves out of a pod gets the host's default, and several of
@@ -87,7 +89,7 @@ func allowedProfiles(p []string) string {
 // it (the container's profile wins over the pod's). Windows pods may not set
 // a seccomp profile at all and are left alone.
 func (t *Translator) seccompDefault(spec *corev1.PodSpec) {
-	if t.cfg.DisableSeccompDefault || (spec.OS != nil && spec.OS.Name == corev1.Windows) {
+	if t.cfg.DisableSeccompDefault || isWindows(spec) {
 		return
 	}
 	if spec.SecurityContext == nil {
@@ -96,6 +98,50 @@ func (t *Translator) seccompDefault(spec *corev1.PodSpec) {
 	if spec.SecurityContext.SeccompProfile == nil {
 		spec.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 	}
+}
+
+// userNamespace runs the host pod in a user namespace of its own (hostUsers:
+// false) when Config.UserNamespaces, unless the pod chose otherwise, which
+// only the privileged level allows (userNamespaceProblems), or cannot run in
+// one: raw block devices (volumeDevices) are neither idmapped nor chowned, so
+// the API refuses them with hostUsers false. Windows pods have no user
+// namespaces.
+func (t *Translator) userNamespace(spec *corev1.PodSpec) {
+	if !t.cfg.UserNamespaces || spec.HostUsers != nil || isWindows(spec) || hasVolumeDevices(spec) {
+		return
+	}
+	spec.HostUsers = ptr.To(false)
+}
+
+// userNamespaceProblems refuses, when Config.UserNamespaces and below the
+// privileged level, the two ways a pod would keep the node's users: asking
+// for them (hostUsers: true) and raw block devices, which cannot be used in
+// a user namespace. Otherwise a tenant would step out of the host
+// administrator's user namespaces by writing one field.
+func (t *Translator) userNamespaceProblems(spec *corev1.PodSpec) []string {
+	if !t.cfg.UserNamespaces || t.pss.Level() == podsecurity.Privileged || isWindows(spec) {
+		return nil
+	}
+	var r []string
+	if ptr.Deref(spec.HostUsers, false) {
+		r = append(r, "hostUsers: true: the host runs this cluster's pods in user namespaces (only the privileged level may opt out)")
+	}
+	forEachContainer(spec, func(c *corev1.Container) {
+		if len(c.VolumeDevices) > 0 {
+			r = append(r, fmt.Sprintf("container %q: volumeDevices cannot be used in a user namespace, where the host runs this cluster's pods (only the privileged level may opt out)", c.Name))
+		}
+	})
+	return r
+}
+
+func isWindows(spec *corev1.PodSpec) bool {
+	return spec.OS != nil && spec.OS.Name == corev1.Windows
+}
+
+func hasVolumeDevices(spec *corev1.PodSpec) bool {
+	found := false
+	forEachContainer(spec, func(c *corev1.Container) { found = found || len(c.VolumeDevices) > 0 })
+	return found
 }
 
 // defaultResources gives every container (init, sidecar, regular) the

@@ -394,3 +394,59 @@ func TestGracePeriodCap(t *testing.T) {
 		t.Error("a negative cap was accepted")
 	}
 }
+
+func TestUserNamespaces(t *testing.T) {
+	block := func(p *corev1.Pod) {
+		p.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "disk", DevicePath: "/dev/xvda"}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "raw"}}}}
+	}
+	cases := []struct {
+		name    string
+		on      bool
+		level   string
+		mutate  func(*corev1.Pod)
+		want    *bool  // the host pod's hostUsers
+		refused string // when not empty, the refusal must say this
+	}{
+		{"off: a pod keeps the node's users", false, "", func(*corev1.Pod) {}, nil, ""},
+		{"on: a pod that says nothing gets a user namespace", true, "", func(*corev1.Pod) {}, ptr.To(false), ""},
+		{"on: a pod that asks for one keeps it", true, "", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(false) }, ptr.To(false), ""},
+		{"on: a restricted pod gets one too", true, "restricted", func(*corev1.Pod) {}, ptr.To(false), ""},
+		{"on: hostUsers true is refused below privileged", true, "", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }, nil,
+			"hostUsers: true: the host runs this cluster's pods in user namespaces"},
+		{"on: volumeDevices are refused below privileged", true, "", block, nil,
+			`container "app": volumeDevices cannot be used in a user namespace`},
+		{"on, privileged: hostUsers true is kept", true, "privileged", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }, ptr.To(true), ""},
+		{"on, privileged: a pod that says nothing gets one", true, "privileged", func(*corev1.Pod) {}, ptr.To(false), ""},
+		{"on, privileged: volumeDevices keep the node's users", true, "privileged", block, nil, ""},
+		{"on: a Windows pod is left alone", true, "", func(p *corev1.Pod) {
+			p.Spec.OS = &corev1.PodOS{Name: corev1.Windows}
+			p.Spec.SecurityContext = nil
+		}, nil, ""},
+		{"off: hostUsers true passes through", false, "", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }, ptr.To(true), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTranslator(t, func(c *Config) {
+				c.UserNamespaces = tc.on
+				c.PodSecurityLevel = tc.level
+			})
+			p := plainPod()
+			tc.mutate(p)
+			host, err := tr.HostPod(p)
+			if tc.refused != "" {
+				var ue *UnsupportedError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("want a refusal saying %q, got %v", tc.refused, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, host.Spec.HostUsers); diff != "" {
+				t.Errorf("hostUsers (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -128,6 +128,15 @@ type Config struct {
 	// IP, localhost, a one-label name), which are refused by default: the
 	// node would connect there to pull (images.go).
 	AllowRegistryAddresses bool
+	// UserNamespaces runs every host pod in a user namespace of its own
+	// (hostUsers: false), so root in a tenant container is an unprivileged
+	// user on the node and a kernel bug reached through the container's
+	// capabilities (nf_tables, overlayfs, mounts) acts on nothing the node
+	// owns. Only where every node's runtime supports it (containerd 2.0 or
+	// newer, runc 1.2, idmapped mounts): a kubelet refuses such a pod
+	// otherwise. Below the privileged level a pod may not opt out
+	// (userNamespaceProblems).
+	UserNamespaces bool
 }
 
 // DefaultMaxTerminationGracePeriodSeconds is the grace period cap of a

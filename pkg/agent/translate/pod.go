@@ -36,6 +36,7 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	reasons = append(reasons, t.pss.Check(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.procMount(&vpod.Spec)...)
 	reasons = append(reasons, t.ImageProblems(&vpod.Spec)...)
+	reasons = append(reasons, t.userNamespaceProblems(&vpod.Spec)...)
 	if len(reasons) > 0 {
 		return nil, &UnsupportedError{Reasons: reasons}
 	}
@@ -84,6 +85,7 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	// (defaults.go); resources first, since the memory volumes are sized
 	// from the limits they leave.
 	t.seccompDefault(&spec)
+	t.userNamespace(&spec)
 	t.defaultResources(&spec)
 	sizeMemoryVolumes(&spec)
 	t.capGracePeriods(&spec)

@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+)
+
+// node is a Node named name whose default runtime handler reports user
+// namespace support as userns (nil: the kubelet reports no handlers, as
+// before 1.30), changed by change.
+func node(name string, userns *bool, change ...func(*corev1.Node)) corev1.Node {
+	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if userns != nil {
+		n.Status.RuntimeHandlers = []corev1.NodeRuntimeHandler{
+			{Name: "", Features: &corev1.NodeRuntimeHandlerFeatures{UserNamespaces: userns}},
+			{Name: "runc", Features: &corev1.NodeRuntimeHandlerFeatures{UserNamespaces: userns}},
+		}
+	}
+	for _, c := range change {
+		c(&n)
+	}
+	return n
+}
+
+func TestUserNamespacesCondition(t *testing.T) {
+	yes, no := ptr.To(true), ptr.To(false)
+	taint := func(effect corev1.TaintEffect) func(*corev1.Node) {
+		return func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: effect}} }
+	}
+	cordoned := func(n *corev1.Node) { n.Spec.Unschedulable = true }
+	onlyOtherHandler := func(n *corev1.Node) { n.Status.RuntimeHandlers = n.Status.RuntimeHandlers[1:] }
+	cases := []struct {
+		name   string
+		mode   UserNamespacesMode
+		nodes  []corev1.Node
+		ok     bool
+		reason string
+		says   string
+	}{
+		{"off", UserNamespacesOff, []corev1.Node{node("a", yes)}, false, v1beta1.ReasonUserNamespacesDisabled, "turned user namespaces off"},
+		{"on, whatever the nodes say", UserNamespacesOn, []corev1.Node{node("a", no)}, true, v1beta1.ReasonUserNamespacesRequired, "sharedAgent.userNamespaces true"},
+		{"auto, every node supports them", UserNamespacesAuto, []corev1.Node{node("a", yes), node("b", yes)}, true, v1beta1.ReasonUserNamespacesSupported, "may run them (2) reports"},
+		{"auto, one node does not", UserNamespacesAuto, []corev1.Node{node("a", yes), node("b", no)}, false, v1beta1.ReasonUserNamespacesUnsupported, "support (status.runtimeHandlers; containerd 2.0 and runc 1.2 or newer do): b"},
+		{"auto, a kubelet that reports no handlers", UserNamespacesAuto, []corev1.Node{node("old", nil)}, false, v1beta1.ReasonUserNamespacesUnsupported, "do): old"},
+		{"auto, only another handler supports them", UserNamespacesAuto, []corev1.Node{node("a", yes, onlyOtherHandler)}, false, v1beta1.ReasonUserNamespacesUnsupported, "do): a"},
+		{"auto, a tainted or cordoned node without support runs no workload", UserNamespacesAuto,
+			[]corev1.Node{node("a", yes), node("cp", no, taint(corev1.TaintEffectNoSchedule)), node("gone", no, taint(corev1.TaintEffectNoExecute)), node("drained", no, cordoned)},
+			true, v1beta1.ReasonUserNamespacesSupported, "may run them (1) reports"},
+		{"auto, a PreferNoSchedule taint still runs workloads", UserNamespacesAuto, []corev1.Node{node("a", yes), node("b", no, taint(corev1.TaintEffectPreferNoSchedule))},
+			false, v1beta1.ReasonUserNamespacesUnsupported, "do): b"},
+		{"auto, no node", UserNamespacesAuto, nil, false, v1beta1.ReasonUserNamespacesUnsupported, "no node can run them yet"},
+		{"auto, many nodes without: three named and a count", UserNamespacesAuto,
+			[]corev1.Node{node("n5", no), node("n1", no), node("n4", no), node("n2", no), node("n3", yes)},
+			false, v1beta1.ReasonUserNamespacesUnsupported, "do): n1, n2, n4 and 1 more"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := userNamespacesCondition(tc.mode, tc.nodes)
+			if got.ok != tc.ok || got.reason != tc.reason || !strings.Contains(got.message, tc.says) {
+				t.Errorf("got %+v, want ok=%v reason %s saying %q", got, tc.ok, tc.reason, tc.says)
+			}
+		})
+	}
+}
+
+func TestParseUserNamespacesMode(t *testing.T) {
+	for in, want := range map[string]UserNamespacesMode{"auto": UserNamespacesAuto, "true": UserNamespacesOn, "false": UserNamespacesOff} {
+		if got, err := ParseUserNamespacesMode(in); err != nil || got != want {
+			t.Errorf("%q: got %q, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"", "yes", "Auto"} {
+		if _, err := ParseUserNamespacesMode(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}
+
+// TestTrimNodeKeepsWhatTheDecisionReads: the cache's copy of a Node gives
+// the same decision as the Node, without its images and conditions.
+func TestTrimNodeKeepsWhatTheDecisionReads(t *testing.T) {
+	n := node("a", ptr.To(true), func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectPreferNoSchedule}}
+		n.Status.Images = []corev1.ContainerImage{{Names: []string{"big"}}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady}}
+		n.Labels = map[string]string{"x": "y"}
+	})
+	out, err := trimNode(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := out.(*corev1.Node)
+	if tn.Name != "a" || len(tn.Status.Images) != 0 || len(tn.Status.Conditions) != 0 || len(tn.Labels) != 0 {
+		t.Errorf("kept too much: %+v", tn)
+	}
+	if runsWorkloads(tn) != runsWorkloads(&n) || supportsUserNamespaces(tn) != supportsUserNamespaces(&n) || !supportsUserNamespaces(tn) {
+		t.Errorf("the trimmed Node decides otherwise: %+v", tn)
+	}
+}
