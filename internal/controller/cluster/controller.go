@@ -528,12 +528,12 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	} {
 		out[obj] = cache.ByObject{Label: selector}
 	}
-	// The host API server's endpoints, which the server and agent
-	// NetworkPolicies allow: its Service's EndpointSlices and nothing else
-	// (the chart grants reading them in this one namespace).
 	// Nodes, read for user namespace support (userns.go), trimmed to what
 	// is read.
 	out[&corev1.Node{}] = cache.ByObject{Transform: trimNode}
+	// The host API server's endpoints, which the server and agent
+	// NetworkPolicies allow: its Service's EndpointSlices and nothing else
+	// (the chart grants reading them in this one namespace).
 	out[&discoveryv1.EndpointSlice{}] = cache.ByObject{
 		Namespaces: map[string]cache.Config{hostAPIServiceNamespace: {}},
 		Label:      labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: hostAPIServiceName}),
