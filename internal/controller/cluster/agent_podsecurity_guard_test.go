@@ -95,6 +95,21 @@ func waitForLevel(t *testing.T, agent kubernetes.Interface, ns string, change fu
 
 func sc(p *corev1.Pod) *corev1.SecurityContext { return p.Spec.Containers[0].SecurityContext }
 
+// guardedAgent makes a Cluster at level in a new namespace, binds the Pod
+// Security guard there (allowPrivileged as the chart renders it), waits
+// until it is in force, and returns the namespace, the Cluster and an agent
+// client of the Cluster.
+func guardedAgent(t *testing.T, allowPrivileged string, level v1beta1.PodSecurityLevel) (string, *v1beta1.Cluster, kubernetes.Interface) {
+	t.Helper()
+	ns := newNamespace(t)
+	c := sampleCluster()
+	c.Namespace = ns
+	c.Spec.PodSecurityLevel = level
+	agent := podSecurityGuard(t, ns, allowPrivileged, c)
+	waitForLevel(t, agent, ns, privileged, level != v1beta1.PodSecurityPrivileged || allowPrivileged != "true")
+	return ns, c, agent
+}
+
 // privileged makes the first container privileged (which the API allows
 // only without allowPrivilegeEscalation false).
 func privileged(p *corev1.Pod) {
@@ -117,11 +132,7 @@ var rootWithEscalation = func(p *corev1.Pod) {
 // in the same namespace is held to its own Cluster's level.
 func TestAgentPodSecurityGuard(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	c := sampleCluster()
-	c.Namespace = ns
-	agent := podSecurityGuard(t, ns, "false", c)
-	waitForLevel(t, agent, ns, privileged, true)
+	ns, c, agent := guardedAgent(t, "false", "")
 
 	baseline := []struct {
 		name   string
@@ -249,12 +260,7 @@ func TestAgentPodSecurityGuard(t *testing.T) {
 	})
 
 	t.Run("privileged holds where the chart allowed it", func(t *testing.T) {
-		ns2 := newNamespace(t)
-		trusted := sampleCluster()
-		trusted.Namespace = ns2
-		trusted.Spec.PodSecurityLevel = v1beta1.PodSecurityPrivileged
-		a := podSecurityGuard(t, ns2, "true", trusted)
-		waitForLevel(t, a, ns2, privileged, false)
+		ns2, trusted, a := guardedAgent(t, "true", v1beta1.PodSecurityPrivileged)
 		if _, err := a.CoreV1().Pods(ns2).Create(ctx, hostPod("p2-shop-0123456789", func(p *corev1.Pod) {
 			sc(p).Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
 		}), metav1.CreateOptions{}); err != nil {
@@ -331,11 +337,7 @@ func setUserNamespaces(t *testing.T, c *v1beta1.Cluster, on bool) {
 // the node's users again.
 func TestAgentPodSecurityGuardHoldsUserNamespaces(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	c := sampleCluster()
-	c.Namespace = ns
-	agent := podSecurityGuard(t, ns, "false", c)
-	waitForLevel(t, agent, ns, privileged, true)
+	ns, c, agent := guardedAgent(t, "false", "")
 	setUserNamespaces(t, c, true)
 
 	const want = "must run in a user namespace (hostUsers: false): its UserNamespaces condition is True"
@@ -403,12 +405,7 @@ func tryUntil(t *testing.T, agent kubernetes.Interface, ns, prefix string, chang
 // out), even while its condition is True.
 func TestAgentPodSecurityGuardUserNamespacesPrivileged(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	c := sampleCluster()
-	c.Namespace = ns
-	c.Spec.PodSecurityLevel = v1beta1.PodSecurityPrivileged
-	agent := podSecurityGuard(t, ns, "true", c)
-	waitForLevel(t, agent, ns, privileged, false)
+	ns, c, agent := guardedAgent(t, "true", v1beta1.PodSecurityPrivileged)
 	setUserNamespaces(t, c, true)
 	// Nothing to wait for that would show: give the informer a moment,
 	// then the pod must still pass.
