@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/k3k-io/k3k/internal/testenv"
 )
 
 // The suite is configured from the environment (hack/e2e.sh sets it):
@@ -143,15 +145,7 @@ func setup(m *testing.M) (int, error) {
 	ctr := os.Getenv("E2E_CTR")
 	if ctr == "" {
 		// The host cluster's own ctr (k3s's, the node's containerd release).
-		tools := os.Getenv("K3K_TOOLS_DIR")
-		if tools == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return 0, err
-			}
-			tools = filepath.Join(home, ".cache", "k3k", "tools")
-		}
-		ctr = filepath.Join(tools, "ctr") + " --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
+		ctr = filepath.Join(testenv.ToolsDir(), "ctr") + " --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
 	}
 	cfg.ctr = strings.Fields(ctr)
 	cfg.rounds = 3

@@ -407,10 +407,23 @@ func TestAgentPodSecurityGuardUserNamespacesPrivileged(t *testing.T) {
 	ctx := context.Background()
 	ns, c, agent := guardedAgent(t, "true", v1beta1.PodSecurityPrivileged)
 	setUserNamespaces(t, c, true)
-	// Nothing to wait for that would show: give the informer a moment,
-	// then the pod must still pass.
-	time.Sleep(2 * time.Second)
-	if _, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("uh-shop-0123456789", func(p *corev1.Pod) { p.Spec.HostUsers = ptr.To(true) }), metav1.CreateOptions{}); err != nil {
+	// The condition changes nothing here that shows, so a later change of
+	// the same Cluster that does show (a grace cap of 10 s) proves the
+	// guard reads a version with the condition True.
+	live := &v1beta1.Cluster{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), live); err != nil {
+		t.Fatal(err)
+	}
+	live.Spec.MaxTerminationGracePeriodSeconds = ptr.To(int64(10))
+	if err := k8s.Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	tryUntil(t, agent, ns, "ug", func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(20)) },
+		refusedSaying("may have grace periods of at most 10 s"), "the guard never read the Cluster's later version")
+	if _, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("uh-shop-0123456789", func(p *corev1.Pod) {
+		p.Spec.HostUsers = ptr.To(true)
+		p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(10))
+	}), metav1.CreateOptions{}); err != nil {
 		t.Errorf("a privileged cluster's pod with the node's users was refused: %v", err)
 	}
 }
