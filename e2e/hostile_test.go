@@ -125,6 +125,18 @@ func baselineEscapes(v *vcluster) []escape {
 		{"apparmor-annotation", unsupported, `AppArmor profile`, func(p *corev1.Pod) {
 			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}
 		}},
+		// Localhost profiles are files or kernel profiles the node's
+		// administrator made for their own pods, any of which the Pod
+		// Security Standards allow at every level.
+		{"seccomp-localhost", unsupported, `pod: seccomp profile Localhost "profiles/permissive.json" is not one the host administrator allowed (none is)`, func(p *corev1.Pod) {
+			psc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("profiles/permissive.json")}
+		}},
+		{"apparmor-localhost", unsupported, `container "main": AppArmor profile Localhost "cri-containerd.apparmor.d" is not one the host administrator allowed (none is)`, func(p *corev1.Pod) {
+			scOf(ctr0(p)).AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To("cri-containerd.apparmor.d")}
+		}},
+		{"apparmor-localhost-annotation", unsupported, `AppArmor profile Localhost "host-only"`, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/main": "localhost/host-only"}
+		}},
 		{"procmount-unmasked", unsupported, `must not set securityContext.procMount to "Unmasked"`, func(p *corev1.Pod) {
 			p.Spec.HostUsers = ptr.To(false) // the API allows Unmasked only in a user namespace
 			scOf(ctr0(p)).ProcMount = ptr.To(corev1.UnmaskedProcMount)

@@ -48,6 +48,7 @@ type options struct {
 type agentFlags struct {
 	seccompDefault                 bool
 	seccompProfiles                string
+	appArmorProfiles               string
 	defaultRequests, defaultLimits string
 	alwaysPullImages               bool
 	userNamespaces                 string
@@ -146,6 +147,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.cfg.Isolation.ControllerNamespace, "controller-namespace", "", "namespace the controller runs in; only its pods may open a server's etcd client port (empty: any namespace)")
 	fs.BoolVar(&o.agent.seccompDefault, "agent-seccomp-default", true, "agents give workload containers that ask for no seccomp profile RuntimeDefault; false passes --seccomp-default=false to every agent")
 	fs.StringVar(&o.agent.seccompProfiles, "agent-seccomp-localhost-profiles", "", "comma-separated Localhost seccomp profiles workloads may name, passed to every agent; empty: none")
+	fs.StringVar(&o.agent.appArmorProfiles, "agent-apparmor-localhost-profiles", "", "comma-separated Localhost AppArmor profiles workloads may name, passed to every agent; empty: none")
 	fs.StringVar(&o.agent.defaultRequests, "agent-default-requests", "", "requests of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (cpu=10m,memory=32Mi)")
 	fs.StringVar(&o.agent.defaultLimits, "agent-default-limits", "", "limits of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (memory=512Mi)")
 	fs.BoolVar(&o.agent.alwaysPullImages, "agent-always-pull-images", true, "agents give every workload container the pull policy Always, so a node checks the pod's own credentials before running a cached image; false passes --always-pull-images=false to every agent (hosts whose images are loaded into the nodes)")
@@ -235,6 +237,7 @@ func (f agentFlags) apply(d *cluster.AgentDefaults) error {
 	d.DisableSeccompDefault = !f.seccompDefault
 	d.DisableAlwaysPullImages = !f.alwaysPullImages
 	d.SeccompLocalhostProfiles = splitList(f.seccompProfiles)
+	d.AppArmorLocalhostProfiles = splitList(f.appArmorProfiles)
 	mode, err := cluster.ParseUserNamespacesMode(f.userNamespaces)
 	if err != nil {
 		return fmt.Errorf("--agent-user-namespaces %w", err)

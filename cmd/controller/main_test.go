@@ -71,7 +71,7 @@ func TestParseFlags(t *testing.T) {
 			name: "agents get their built-in defaults unless the chart says otherwise",
 			check: func(t *testing.T, o *options) {
 				a := o.cfg.Agent
-				if a.DisableSeccompDefault || len(a.SeccompLocalhostProfiles) != 0 || len(a.DefaultRequests) != 0 || len(a.DefaultLimits) != 0 || a.HostClusterDomain != "cluster.local" ||
+				if a.DisableSeccompDefault || len(a.SeccompLocalhostProfiles) != 0 || len(a.AppArmorLocalhostProfiles) != 0 || len(a.DefaultRequests) != 0 || len(a.DefaultLimits) != 0 || a.HostClusterDomain != "cluster.local" ||
 					a.DisableAlwaysPullImages || a.AllowRegistryAddresses {
 					t.Fatalf("agent defaults %+v", a)
 				}
@@ -79,7 +79,7 @@ func TestParseFlags(t *testing.T) {
 		},
 		{
 			name: "agent defaults reach the config",
-			args: []string{"--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/a.json, b.json", "--agent-default-requests=cpu=50m,memory=64Mi",
+			args: []string{"--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/a.json, b.json", "--agent-apparmor-localhost-profiles=k3k-a,k3k-b", "--agent-default-requests=cpu=50m,memory=64Mi",
 				"--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal", "--agent-always-pull-images=false", "--agent-allow-registry-addresses"},
 			check: func(t *testing.T, o *options) {
 				a := o.cfg.Agent
@@ -90,6 +90,9 @@ func TestParseFlags(t *testing.T) {
 				}
 				if diff := cmp.Diff([]string{"profiles/a.json", "b.json"}, a.SeccompLocalhostProfiles); diff != "" {
 					t.Fatalf("seccomp profiles (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff([]string{"k3k-a", "k3k-b"}, a.AppArmorLocalhostProfiles); diff != "" {
+					t.Fatalf("AppArmor profiles (-want +got):\n%s", diff)
 				}
 			},
 		},

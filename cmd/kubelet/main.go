@@ -63,6 +63,7 @@ type options struct {
 	ingressHosts                           []string
 	seccompDefault                         bool
 	seccompLocalhostProfiles               []string
+	appArmorLocalhostProfiles              []string
 	defaultRequests, defaultLimits         string
 	maxTerminationGracePeriodSeconds       int64
 	alwaysPullImages                       bool
@@ -128,6 +129,7 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.StringSliceVar(&o.ingressHosts, "ingress-hosts", nil, "hostnames an Ingress may claim: a name, or *.suffix for every name under suffix (none by default: no Ingress is copied; the controller passes the Cluster's spec.ingresses.hosts)")
 	f.BoolVar(&o.seccompDefault, "seccomp-default", true, "give host pods whose virtual pod sets no pod-level seccomp profile RuntimeDefault (without a profile the host runs them unconfined)")
 	f.StringSliceVar(&o.seccompLocalhostProfiles, "seccomp-localhost-profiles", nil, "localhostProfile values a Localhost seccomp profile may name; pods naming any other are refused (none by default)")
+	f.StringSliceVar(&o.appArmorLocalhostProfiles, "apparmor-localhost-profiles", nil, "localhostProfile values a Localhost AppArmor profile may name; pods naming any other are refused (none by default)")
 	f.StringVar(&o.defaultRequests, "default-requests", "cpu=10m,memory=32Mi", "name=quantity requests given to containers that request none of a resource (and do not limit it); cpu, memory and ephemeral-storage; empty for none")
 	f.StringVar(&o.defaultLimits, "default-limits", "memory=512Mi", "name=quantity limits given to containers that set no limit of a resource; cpu, memory and ephemeral-storage; empty for none")
 	f.BoolVar(&o.alwaysPullImages, "always-pull-images", true, "give every host container and image volume the pull policy Always, so the node checks the pod's own pull credentials before running an image it has cached (off only where images are loaded into the nodes, never pulled)")
@@ -182,6 +184,7 @@ func agentConfig(o options) (agent.Config, error) {
 
 			DisableSeccompDefault:            !o.seccompDefault,
 			SeccompLocalhostProfiles:         o.seccompLocalhostProfiles,
+			AppArmorLocalhostProfiles:        o.appArmorLocalhostProfiles,
 			DefaultRequests:                  defaultRequests,
 			DefaultLimits:                    defaultLimits,
 			MaxTerminationGracePeriodSeconds: o.maxTerminationGracePeriodSeconds,

@@ -163,6 +163,7 @@ func TestSecureDefaultFlags(t *testing.T) {
 	type want struct {
 		disableSeccomp bool
 		profiles       []string
+		appArmor       []string
 		requests       corev1.ResourceList
 		limits         corev1.ResourceList
 		grace          int64
@@ -183,6 +184,8 @@ func TestSecureDefaultFlags(t *testing.T) {
 		{"the seccomp default can be turned off", []string{"--seccomp-default=false"}, with(func(w *want) { w.disableSeccomp = true }), ""},
 		{"Localhost profiles are allowed by name", []string{"--seccomp-localhost-profiles=profiles/a.json,profiles/b.json"},
 			with(func(w *want) { w.profiles = []string{"profiles/a.json", "profiles/b.json"} }), ""},
+		{"Localhost AppArmor profiles are allowed by name", []string{"--apparmor-localhost-profiles=k3k-a,k3k-b"},
+			with(func(w *want) { w.appArmor = []string{"k3k-a", "k3k-b"} }), ""},
 		{"other default requests replace the built-in ones", []string{"--default-requests=cpu=50m, ephemeral-storage=1Gi"},
 			with(func(w *want) { w.requests = rl("cpu", "50m", "ephemeral-storage", "1Gi") }), ""},
 		{"empty default requests give none", []string{"--default-requests="}, with(func(w *want) { w.requests = nil }), ""},
@@ -215,7 +218,7 @@ func TestSecureDefaultFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := cfg.Translate
-			got := want{c.DisableSeccompDefault, c.SeccompLocalhostProfiles, c.DefaultRequests, c.DefaultLimits, c.MaxTerminationGracePeriodSeconds}
+			got := want{c.DisableSeccompDefault, c.SeccompLocalhostProfiles, c.AppArmorLocalhostProfiles, c.DefaultRequests, c.DefaultLimits, c.MaxTerminationGracePeriodSeconds}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

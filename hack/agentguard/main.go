@@ -37,11 +37,12 @@ const (
 )
 
 var defaults = cluster.PodDefaultsCEL{
-	SeccompDefault:           "K3K-SECCOMP-DEFAULT",
-	SeccompLocalhostProfiles: "K3K-SECCOMP-LOCALHOST-PROFILES",
-	MemoryLimit:              "K3K-MEMORY-LIMIT",
-	AlwaysPullImages:         "K3K-ALWAYS-PULL-IMAGES",
-	AllowRegistryAddresses:   "K3K-ALLOW-REGISTRY-ADDRESSES",
+	SeccompDefault:            "K3K-SECCOMP-DEFAULT",
+	SeccompLocalhostProfiles:  "K3K-SECCOMP-LOCALHOST-PROFILES",
+	AppArmorLocalhostProfiles: "K3K-APPARMOR-LOCALHOST-PROFILES",
+	MemoryLimit:               "K3K-MEMORY-LIMIT",
+	AlwaysPullImages:          "K3K-ALWAYS-PULL-IMAGES",
+	AllowRegistryAddresses:    "K3K-ALLOW-REGISTRY-ADDRESSES",
 }
 
 // celBool is the template text of a CEL boolean literal for a chart value.
@@ -91,7 +92,8 @@ func run() error {
 			allowPlaceholder:        celBool(".Values.sharedAgent.allowPrivilegedPods"),
 			defaults.SeccompDefault: celBool(".Values.sharedAgent.seccompDefault"),
 			// A JSON list of strings is a CEL list literal.
-			defaults.SeccompLocalhostProfiles: `{{ .Values.sharedAgent.seccompLocalhostProfiles | default list | toJson }}`,
+			defaults.SeccompLocalhostProfiles:  `{{ .Values.sharedAgent.seccompLocalhostProfiles | default list | toJson }}`,
+			defaults.AppArmorLocalhostProfiles: `{{ .Values.sharedAgent.appArmorLocalhostProfiles | default list | toJson }}`,
 			// Empty defaultLimits leave the agent its own, memory=512Mi.
 			defaults.MemoryLimit:            celBool(`or (empty .Values.sharedAgent.defaultLimits) (hasKey .Values.sharedAgent.defaultLimits "memory")`),
 			defaults.AlwaysPullImages:       celBool(".Values.sharedAgent.alwaysPullImages"),

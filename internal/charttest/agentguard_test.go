@@ -23,7 +23,8 @@ func TestAgentGuardFollowsTheAgentValues(t *testing.T) {
 	}{
 		{"chart defaults", "", nil, cluster.AgentPodDefaults},
 		{"agent.yaml", "agent.yaml", nil, cluster.PodDefaults{
-			SeccompLocalhostProfiles: []string{"profiles/audit.json", "strict.json"}, MemoryLimit: true, AllowRegistryAddresses: true,
+			SeccompLocalhostProfiles: []string{"profiles/audit.json", "strict.json"}, AppArmorLocalhostProfiles: []string{"k3k-audited", "tenant-web"},
+			MemoryLimit: true, AllowRegistryAddresses: true,
 		}},
 		{"default limits without memory", "", []string{"--set-string", "sharedAgent.defaultLimits.cpu=2"}, cluster.PodDefaults{
 			SeccompDefault: true, AlwaysPullImages: true,

@@ -70,7 +70,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--default-quota=configmaps=200,count/endpointslices.discovery.k8s.io=200,count/ingresses.networking.k8s.io=50,persistentvolumeclaims=20,pods=100,requests.storage=100Gi,secrets=300,services=50",
 				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
-				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",
+				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-apparmor-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",
 				"--host-cluster-domain=cluster.local", "--agent-always-pull-images=true", "--agent-allow-registry-addresses=false",
 				"--zap-log-level=info")
 			hostAPIRole(t, objs)
@@ -145,7 +145,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 	}, {
 		values: "agent.yaml",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
-			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json",
+			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json", "--agent-apparmor-localhost-profiles=k3k-audited,tenant-web",
 				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal",
 				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false")
 			// Nodes are read only to decide user namespaces (auto).

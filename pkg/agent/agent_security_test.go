@@ -18,7 +18,7 @@ import (
 
 // TestAgentRefusesEachEscapeClass creates one virtual pod per refusal class
 // (Pod Security baseline, a host field outside Pod Security, an ephemeral
-// volume template, a Localhost seccomp profile, a pod beyond the node's
+// volume template, a Localhost seccomp or AppArmor profile, a pod beyond the node's
 // capacity or asking for a GPU the node does not have, pinned with nodeName):
 // each is failed with its reason and a message naming the field, an Event
 // says the same, and no host pod is made. Every request the agent makes runs
@@ -66,6 +66,9 @@ func TestAgentRefusesEachEscapeClass(t *testing.T) {
 		}},
 		{"localhost-seccomp", translate.ReasonUnsupported, `container "main": seccomp profile Localhost "tenant.json" is not one the host administrator allowed`, func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("tenant.json")}}
+		}},
+		{"localhost-apparmor", translate.ReasonUnsupported, `container "main": AppArmor profile Localhost "tenant" is not one the host administrator allowed`, func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To("tenant")}}
 		}},
 	}
 	for _, tc := range cases {

@@ -205,6 +205,9 @@ func agentDefaultsArgs(d AgentDefaults) []string {
 	if len(d.SeccompLocalhostProfiles) > 0 {
 		args = append(args, "--seccomp-localhost-profiles="+strings.Join(d.SeccompLocalhostProfiles, ","))
 	}
+	if len(d.AppArmorLocalhostProfiles) > 0 {
+		args = append(args, "--apparmor-localhost-profiles="+strings.Join(d.AppArmorLocalhostProfiles, ","))
+	}
 	if len(d.DefaultRequests) > 0 {
 		args = append(args, "--default-requests="+resourceListFlag(d.DefaultRequests))
 	}

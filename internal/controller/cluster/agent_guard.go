@@ -59,6 +59,9 @@ type PodDefaults struct {
 	// SeccompLocalhostProfiles are the Localhost seccomp profiles a pod may
 	// name (--agent-seccomp-localhost-profiles); none when empty.
 	SeccompLocalhostProfiles []string
+	// AppArmorLocalhostProfiles are the Localhost AppArmor profiles a pod
+	// may name (--agent-apparmor-localhost-profiles); none when empty.
+	AppArmorLocalhostProfiles []string
 	// MemoryLimit: the default limits name memory, so every container has a
 	// memory limit (or the pod one) and every Memory emptyDir a size.
 	MemoryLimit bool
@@ -75,11 +78,12 @@ var AgentPodDefaults = PodDefaults{SeccompDefault: true, MemoryLimit: true, Alwa
 func PodDefaultsOf(c translate.Config) PodDefaults {
 	_, memory := c.DefaultLimits[corev1.ResourceMemory]
 	return PodDefaults{
-		SeccompDefault:           !c.DisableSeccompDefault,
-		SeccompLocalhostProfiles: c.SeccompLocalhostProfiles,
-		MemoryLimit:              memory,
-		AlwaysPullImages:         c.AlwaysPullImages,
-		AllowRegistryAddresses:   c.AllowRegistryAddresses,
+		SeccompDefault:            !c.DisableSeccompDefault,
+		SeccompLocalhostProfiles:  c.SeccompLocalhostProfiles,
+		AppArmorLocalhostProfiles: c.AppArmorLocalhostProfiles,
+		MemoryLimit:               memory,
+		AlwaysPullImages:          c.AlwaysPullImages,
+		AllowRegistryAddresses:    c.AllowRegistryAddresses,
 	}
 }
 
@@ -89,23 +93,27 @@ func PodDefaultsOf(c translate.Config) PodDefaults {
 type PodDefaultsCEL struct {
 	// Booleans: "true" or "false".
 	SeccompDefault, MemoryLimit, AlwaysPullImages, AllowRegistryAddresses string
-	// A list of strings.
-	SeccompLocalhostProfiles string
+	// Lists of strings.
+	SeccompLocalhostProfiles, AppArmorLocalhostProfiles string
 }
 
 // CEL is d as CEL literals. The profiles are written as JSON, which is a
 // CEL list literal, byte for byte what the chart renders (toJson).
 func (d PodDefaults) CEL() PodDefaultsCEL {
-	profiles, err := json.Marshal(append([]string{}, d.SeccompLocalhostProfiles...))
-	if err != nil {
-		panic(err) // a list of strings always marshals
+	list := func(l []string) string {
+		b, err := json.Marshal(append([]string{}, l...))
+		if err != nil {
+			panic(err) // a list of strings always marshals
+		}
+		return string(b)
 	}
 	return PodDefaultsCEL{
-		SeccompDefault:           strconv.FormatBool(d.SeccompDefault),
-		MemoryLimit:              strconv.FormatBool(d.MemoryLimit),
-		AlwaysPullImages:         strconv.FormatBool(d.AlwaysPullImages),
-		AllowRegistryAddresses:   strconv.FormatBool(d.AllowRegistryAddresses),
-		SeccompLocalhostProfiles: string(profiles),
+		SeccompDefault:            strconv.FormatBool(d.SeccompDefault),
+		MemoryLimit:               strconv.FormatBool(d.MemoryLimit),
+		AlwaysPullImages:          strconv.FormatBool(d.AlwaysPullImages),
+		AllowRegistryAddresses:    strconv.FormatBool(d.AllowRegistryAddresses),
+		SeccompLocalhostProfiles:  list(d.SeccompLocalhostProfiles),
+		AppArmorLocalhostProfiles: list(d.AppArmorLocalhostProfiles),
 	}
 }
 
@@ -347,10 +355,16 @@ func agentDefaultsValidations(d PodDefaultsCEL) []admissionregistrationv1.Valida
 	created := func(setting, cond string) string {
 		return "!variables.pod || oldObject != null || !(" + setting + ") || (" + cond + ")"
 	}
-	// localhostOK is CEL true when seccomp profile p (a field that may be
-	// absent) is no Localhost profile outside the allowed ones.
-	localhostOK := func(p string) string {
-		return "(!has(" + p + ") || " + p + ".type != 'Localhost' || (has(" + p + ".localhostProfile) && " + p + ".localhostProfile in " + d.SeccompLocalhostProfiles + "))"
+	// localhostOK is CEL true when seccomp or AppArmor profile p (a field
+	// that may be absent) is no Localhost profile outside allowed.
+	localhostOK := func(p, allowed string) string {
+		return "(!has(" + p + ") || " + p + ".type != 'Localhost' || (has(" + p + ".localhostProfile) && " + p + ".localhostProfile in " + allowed + "))"
+	}
+	// profilesOK is CEL true when the pod and every container name only
+	// allowed Localhost profiles in security-context field f.
+	profilesOK := func(f, allowed string) string {
+		return "(!has(object.spec.securityContext) || " + localhostOK("object.spec.securityContext."+f, allowed) + ") && " +
+			"variables.containers.all(c, !has(c.securityContext) || " + localhostOK("c.securityContext."+f, allowed) + ")"
 	}
 	// address is CEL true when image i names its registry by address
 	// (translate.RegistryAddressPattern; a raw string, the pattern has no
@@ -372,12 +386,21 @@ func agentDefaultsValidations(d PodDefaultsCEL) []admissionregistrationv1.Valida
 		{
 			// The legacy annotations are ignored by kubelets since 1.27 and
 			// never written by the agent: refused in any spelling.
-			Expression: "!variables.pod || oldObject != null || (" +
-				"(!has(object.spec.securityContext) || " + localhostOK("object.spec.securityContext.seccompProfile") + ") && " +
-				"variables.containers.all(c, !has(c.securityContext) || " + localhostOK("c.securityContext.seccompProfile") + ") && " +
+			Expression: "!variables.pod || oldObject != null || (" + profilesOK("seccompProfile", d.SeccompLocalhostProfiles) + " && " +
 				"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k != 'seccomp.security.alpha.kubernetes.io/pod' && " +
 				"!k.startsWith('container.seccomp.security.alpha.kubernetes.io/'))))",
 			Message: "a pod made by a k3k agent may name only the Localhost seccomp profiles the host administrator allowed, and no seccomp annotation",
+			Reason:  forbidden,
+		},
+		{
+			// The API server has turned a container's AppArmor annotation
+			// into its field by now (and refused the two disagreeing); the
+			// annotation is held to the list too, as the agent never
+			// writes one.
+			Expression: "!variables.pod || oldObject != null || (" + profilesOK("appArmorProfile", d.AppArmorLocalhostProfiles) + " && " +
+				"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, !k.startsWith('container.apparmor.security.beta.kubernetes.io/') || " +
+				"!object.metadata.annotations[k].startsWith('localhost/') || object.metadata.annotations[k].substring(10) in " + d.AppArmorLocalhostProfiles + ")))",
+			Message: "a pod made by a k3k agent may name only the Localhost AppArmor profiles the host administrator allowed",
 			Reason:  forbidden,
 		},
 		{

@@ -26,8 +26,10 @@ import (
 func TestAgentGuardHoldsAgentPodsToTheDefaults(t *testing.T) {
 	ctx := context.Background()
 	const allowedProfile, otherProfile = "profiles/audit.json", "profiles/permissive.json"
+	const allowedAppArmor, otherAppArmor = "k3k-audited", "cri-containerd.apparmor.d"
 	on := AgentPodDefaults
 	on.SeccompLocalhostProfiles = []string{allowedProfile}
+	on.AppArmorLocalhostProfiles = []string{allowedAppArmor}
 	onNS, _, _, onAgent := guardedNamespace(t, on)
 	offNS, _, _, offAgent := guardedNamespace(t, PodDefaults{AllowRegistryAddresses: true})
 	// The chart's placeholders and this test's defaults must agree with what
@@ -84,28 +86,40 @@ func TestAgentGuardHoldsAgentPodsToTheDefaults(t *testing.T) {
 		})
 	}
 
+	appArmor := func(profile string) *corev1.AppArmorProfile {
+		return &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To(profile)}
+	}
+	const seccompRefused, appArmorRefused = "Localhost seccomp profiles the host administrator allowed", "Localhost AppArmor profiles the host administrator allowed"
 	localhostCases := []struct {
 		name    string
 		change  func(*corev1.PodSpec)
-		allowed bool
+		refused string // empty: allowed
 	}{
 		{"the allowed Localhost profile on a container", func(s *corev1.PodSpec) {
 			s.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: localhost(allowedProfile)}
-		}, true},
+		}, ""},
 		{"another Localhost profile on a container", func(s *corev1.PodSpec) {
 			s.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: localhost(otherProfile)}
-		}, false},
-		{"another Localhost profile for the pod", func(s *corev1.PodSpec) { s.SecurityContext.SeccompProfile = localhost(otherProfile) }, false},
+		}, seccompRefused},
+		{"another Localhost profile for the pod", func(s *corev1.PodSpec) { s.SecurityContext.SeccompProfile = localhost(otherProfile) }, seccompRefused},
+		{"the allowed Localhost AppArmor profile on a container", func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{AppArmorProfile: appArmor(allowedAppArmor)}
+		}, ""},
+		{"another Localhost AppArmor profile on a container", func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{AppArmorProfile: appArmor(otherAppArmor)}
+		}, appArmorRefused},
+		{"another Localhost AppArmor profile for the pod", func(s *corev1.PodSpec) { s.SecurityContext.AppArmorProfile = appArmor(otherAppArmor) }, appArmorRefused},
+		{"the seccomp profile's name as an AppArmor profile", func(s *corev1.PodSpec) { s.SecurityContext.AppArmorProfile = appArmor(allowedProfile) }, appArmorRefused},
 	}
 	for i, tc := range localhostCases {
 		name := "l" + string(rune('a'+i)) + "-shop-0123456789"
 		t.Run(tc.name, func(t *testing.T) {
 			err := create(onAgent, onNS, name, tc.change)
 			switch {
-			case tc.allowed && err != nil:
+			case tc.refused == "" && err != nil:
 				t.Errorf("refused: %v", err)
-			case !tc.allowed && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "Localhost seccomp profiles the host administrator allowed")):
-				t.Errorf("got %v, want Forbidden", err)
+			case tc.refused != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.refused)):
+				t.Errorf("got %v, want Forbidden containing %q", err, tc.refused)
 			}
 		})
 	}
@@ -114,7 +128,30 @@ func TestAgentGuardHoldsAgentPodsToTheDefaults(t *testing.T) {
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "Localhost seccomp profiles") {
 			t.Errorf("got %v, want Forbidden", err)
 		}
+		err = create(offAgent, offNS, "ly-shop-0123456789", localhostCases[4].change)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "Localhost AppArmor profiles") {
+			t.Errorf("AppArmor: got %v, want Forbidden", err)
+		}
 	})
+	for i, tc := range []struct {
+		name, value, refused string
+	}{
+		{"an AppArmor annotation naming another Localhost profile is refused", "localhost/" + otherAppArmor, appArmorRefused},
+		{"an AppArmor annotation naming the allowed profile passes", "localhost/" + allowedAppArmor, ""},
+		{"an AppArmor annotation for the runtime's default passes", "runtime/default", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := agentPod("n"+string(rune('a'+i))+"-shop-0123456789", nil)
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/main": tc.value}
+			_, err := onAgent.CoreV1().Pods(onNS).Create(ctx, p, metav1.CreateOptions{})
+			switch {
+			case tc.refused == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.refused != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.refused)):
+				t.Errorf("got %v, want Forbidden containing %q", err, tc.refused)
+			}
+		})
+	}
 	t.Run("a legacy seccomp annotation is refused", func(t *testing.T) {
 		p := agentPod("la-shop-abcdef0123", nil)
 		p.Annotations = map[string]string{"container.seccomp.security.alpha.kubernetes.io/main": "localhost/" + allowedProfile}

@@ -276,6 +276,8 @@ func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
 		{name: "seccomp default off", agent: AgentDefaults{DisableSeccompDefault: true}, want: []string{"--seccomp-default=false"}},
 		{name: "localhost seccomp profiles", agent: AgentDefaults{SeccompLocalhostProfiles: []string{"profiles/a.json", "b.json"}},
 			want: []string{"--seccomp-localhost-profiles=profiles/a.json,b.json"}},
+		{name: "localhost AppArmor profiles", agent: AgentDefaults{AppArmorLocalhostProfiles: []string{"k3k-a", "k3k-b"}},
+			want: []string{"--apparmor-localhost-profiles=k3k-a,k3k-b"}},
 		{name: "default requests and limits, sorted by name", agent: AgentDefaults{
 			DefaultRequests: corev1.ResourceList{"memory": resource.MustParse("64Mi"), "cpu": resource.MustParse("0.05"), "cpu-x": resource.MustParse("1")},
 			DefaultLimits:   corev1.ResourceList{"memory": resource.MustParse("1Gi")},

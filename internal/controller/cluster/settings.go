@@ -75,6 +75,10 @@ type AgentDefaults struct {
 	// to the host kubelet's seccomp directory) a workload may name
 	// (--seccomp-localhost-profiles); empty: the agent allows none.
 	SeccompLocalhostProfiles []string
+	// AppArmorLocalhostProfiles are the Localhost AppArmor profiles (loaded
+	// on every host node) a workload may name
+	// (--apparmor-localhost-profiles); empty: the agent allows none.
+	AppArmorLocalhostProfiles []string
 	// DefaultRequests and DefaultLimits are the requests and limits a
 	// workload container that sets none gets (--default-requests,
 	// --default-limits); empty: the agent's own, cpu=10m,memory=32Mi and

@@ -2,12 +2,9 @@ package translate
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
@@ -19,67 +16,6 @@ import (
 // the tenant wrote. The functions here give the host pod the safe value
 // instead, in the copy HostPod builds; each leaves alone what the tenant set
 // within bounds.
-
-// seccompLocalhost lists the Localhost seccomp profiles of a pod that the host
-// administrator did not allow (Config.SeccompLocalhostProfiles): at pod and
-// container level (ephemeral containers too) and in the legacy annotations,
-// which the host ignores (annotations are not copied, and kubelets ignore
-// them since 1.27) but which are refused alike so no spelling of a profile
-// slips through. A Localhost profile is a file on the host node, written by
-// its administrator for pods they chose; the Pod Security Standards allow any
-// at every level.
-func (t *Translator) seccompLocalhost(meta *metav1.ObjectMeta, spec *corev1.PodSpec) []string {
-	var r []string
-	check := func(where string, p *corev1.SeccompProfile) {
-		if p == nil || p.Type != corev1.SeccompProfileTypeLocalhost {
-			return
-		}
-		name := ptr.Deref(p.LocalhostProfile, "")
-		if !contains(t.cfg.SeccompLocalhostProfiles, name) {
-			r = append(r, fmt.Sprintf("%s: seccomp profile Localhost %q is not one the host administrator allowed (%s)",
-				where, name, allowedProfiles(t.cfg.SeccompLocalhostProfiles)))
-		}
-	}
-	if sc := spec.SecurityContext; sc != nil {
-		check("pod", sc.SeccompProfile)
-	}
-	visit := func(c *corev1.Container) {
-		if sc := c.SecurityContext; sc != nil {
-			check(fmt.Sprintf("container %q", c.Name), sc.SeccompProfile)
-		}
-	}
-	forEachContainer(spec, visit)
-	for i := range spec.EphemeralContainers {
-		visit((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon))
-	}
-	keys := make([]string, 0, len(meta.Annotations))
-	for k := range meta.Annotations {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		var where string
-		switch {
-		case k == corev1.SeccompPodAnnotationKey:
-			where = fmt.Sprintf("pod (annotation %q)", k)
-		case strings.HasPrefix(k, corev1.SeccompContainerAnnotationKeyPrefix):
-			where = fmt.Sprintf("container %q (annotation %q)", strings.TrimPrefix(k, corev1.SeccompContainerAnnotationKeyPrefix), k)
-		default:
-			continue
-		}
-		if name, ok := strings.CutPrefix(meta.Annotations[k], corev1.SeccompLocalhostProfileNamePrefix); ok {
-			check(where, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name})
-		}
-	}
-	return r
-}
-
-func allowedProfiles(p []string) string {
-	if len(p) == 0 {
-		return "none is"
-	}
-	return "allowed: " + strings.Join(p, ", ")
-}
 
 // seccompDefault gives a pod without a pod-level seccomp profile
 // RuntimeDefault, unless Config.DisableSeccompDefault. Without one the host

@@ -156,6 +156,97 @@ func TestLocalhostSeccompProfiles(t *testing.T) {
 	})
 }
 
+// TestLocalhostAppArmorProfiles: a Localhost AppArmor profile is held to
+// the host administrator's list like a seccomp one, in each place a pod can
+// name it (pod, container, ephemeral container, the deprecated annotation),
+// at every level.
+func TestLocalhostAppArmorProfiles(t *testing.T) {
+	localhost := func(name string) *corev1.AppArmorProfile {
+		return &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To(name)}
+	}
+	cases := []struct {
+		name   string
+		level  string
+		mutate func(*corev1.Pod)
+		want   string // empty: allowed
+	}{
+		{"a pod-level profile not allowed is refused", "", func(p *corev1.Pod) {
+			p.Spec.SecurityContext.AppArmorProfile = localhost("cri-containerd.apparmor.d")
+		}, `pod: AppArmor profile Localhost "cri-containerd.apparmor.d" is not one the host administrator allowed (allowed: k3k-audited)`},
+		{"a container's profile not allowed is refused, naming the container", "", func(p *corev1.Pod) {
+			sc(p).AppArmorProfile = localhost("unconfined-ish")
+		}, `container "app": AppArmor profile Localhost "unconfined-ish"`},
+		{"an init container's is refused", "", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", SecurityContext: &corev1.SecurityContext{AppArmorProfile: localhost("x")}}}
+		}, `container "init": AppArmor profile Localhost "x"`},
+		{"an ephemeral container's is refused", "", func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debug", Image: "busybox", SecurityContext: &corev1.SecurityContext{AppArmorProfile: localhost("x")},
+			}}}
+		}, `container "debug": AppArmor profile Localhost "x"`},
+		{"the deprecated annotation is refused, naming the container", "", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "app": "localhost/evil"}
+		}, `container "app" (annotation "container.apparmor.security.beta.kubernetes.io/app"): AppArmor profile Localhost "evil"`},
+		{"a profile not allowed is refused at the privileged level too", "privileged", func(p *corev1.Pod) {
+			sc(p).AppArmorProfile = localhost("evil")
+		}, `container "app": AppArmor profile Localhost "evil"`},
+		{"a seccomp profile of the allowed AppArmor name is still refused", "", func(p *corev1.Pod) {
+			sc(p).SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("k3k-audited")}
+		}, `container "app": seccomp profile Localhost "k3k-audited" is not one the host administrator allowed (none is)`},
+		{"an allowed profile passes", "", func(p *corev1.Pod) {
+			p.Spec.SecurityContext.AppArmorProfile = localhost("k3k-audited")
+		}, ""},
+		{"an allowed profile passes by annotation", "", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "app": "localhost/k3k-audited"}
+		}, ""},
+		{"RuntimeDefault is no Localhost profile", "", func(p *corev1.Pod) {
+			sc(p).AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}
+			p.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "app": "runtime/default"}
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTranslator(t, func(c *Config) {
+				c.PodSecurityLevel = tc.level
+				c.AppArmorLocalhostProfiles = []string{"k3k-audited"}
+			})
+			p := plainPod()
+			tc.mutate(p)
+			host, err := tr.HostPod(p)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ue *UnsupportedError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got host pod %v, err %v; want *UnsupportedError mentioning %q", host != nil, err, tc.want)
+			}
+		})
+	}
+	t.Run("none is allowed by default", func(t *testing.T) {
+		p := plainPod()
+		p.Spec.SecurityContext.AppArmorProfile = localhost("k3k-audited")
+		_, err := newTranslator(t).HostPod(p)
+		if want := `pod: AppArmor profile Localhost "k3k-audited" is not one the host administrator allowed (none is)`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to mention %q", err, want)
+		}
+	})
+	t.Run("an allowed profile reaches the host pod as written", func(t *testing.T) {
+		tr := newTranslator(t, func(c *Config) { c.AppArmorLocalhostProfiles = []string{"k3k-audited"} })
+		p := plainPod()
+		sc(p).AppArmorProfile = localhost("k3k-audited")
+		host, err := tr.HostPod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := host.Spec.Containers[0].SecurityContext.AppArmorProfile; got == nil || ptr.Deref(got.LocalhostProfile, "") != "k3k-audited" {
+			t.Errorf("host container's AppArmor profile = %+v, want Localhost k3k-audited", got)
+		}
+	})
+}
+
 func TestDefaultResources(t *testing.T) {
 	container := func(name string, req, lim corev1.ResourceList) corev1.Container {
 		return corev1.Container{Name: name, Image: "app:1", Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}

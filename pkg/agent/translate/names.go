@@ -101,6 +101,12 @@ type Config struct {
 	// the host node, which the host administrator writes, not the tenant.
 	// None by default.
 	SeccompLocalhostProfiles []string
+	// AppArmorLocalhostProfiles are the localhostProfile values a Localhost
+	// AppArmor profile may name (pod or container level, or the deprecated
+	// annotation): a profile loaded on the host node by its administrator,
+	// which may confine less than the runtime's default. Any other is
+	// refused. None by default.
+	AppArmorLocalhostProfiles []string
 	// DefaultRequests are given to every container (init, sidecar, regular)
 	// that requests none of a resource, unless the container sets its own
 	// limit of it (the API server then copies the limit into the request)

@@ -26,13 +26,13 @@ func (e *UnsupportedError) Error() string {
 //
 // Refused are what would hand a tenant the host node or another tenant's
 // data whatever the Pod Security level (unsupported, and Localhost seccomp
-// profiles the host administrator did not allow), and what the cluster's
+// and AppArmor profiles the host administrator did not allow), and what the cluster's
 // Pod Security level forbids, evaluated on the virtual pod as written (its
 // annotations and ephemeral containers included) and again on the host pod
 // as built, so translation can never add what the level forbids.
 func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	reasons := t.unsupported(&vpod.Spec)
-	reasons = append(reasons, t.seccompLocalhost(&vpod.ObjectMeta, &vpod.Spec)...)
+	reasons = append(reasons, t.localhostProfiles(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.pss.Check(&vpod.ObjectMeta, &vpod.Spec)...)
 	reasons = append(reasons, t.procMount(&vpod.Spec)...)
 	reasons = append(reasons, t.ImageProblems(&vpod.Spec)...)

@@ -67,6 +67,12 @@ var escapes = []struct {
 	{"a Localhost seccomp profile by annotation", func(p *corev1.Pod) {
 		p.Annotations = map[string]string{"seccomp.security.alpha.kubernetes.io/pod": "localhost/tenant.json"}
 	}, `seccomp profile Localhost "tenant.json" is not one the host administrator allowed`},
+	{"a Localhost AppArmor profile on a container", func(p *corev1.Pod) {
+		sc(p).AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To("tenant")}
+	}, `container "app": AppArmor profile Localhost "tenant" is not one the host administrator allowed`},
+	{"a Localhost AppArmor profile by annotation", func(p *corev1.Pod) {
+		p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/app": "localhost/tenant"}
+	}, `AppArmor profile Localhost "tenant" is not one the host administrator allowed`},
 	{"AppArmor Unconfined", func(p *corev1.Pod) {
 		sc(p).AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
 	}, `must not set AppArmor profile type to "Unconfined"`},
@@ -237,7 +243,7 @@ func TestPrivilegedLevel(t *testing.T) {
 			_, err := tr.HostPod(p)
 			structural := strings.HasPrefix(tc.name, "host ") || strings.Contains(tc.want, "hostPath") || strings.Contains(tc.want, "hostPort") ||
 				strings.Contains(tc.want, "runtimeClassName") || strings.Contains(tc.want, "host \"") || strings.Contains(tc.want, "ephemeral") ||
-				strings.Contains(tc.want, "storage class") || strings.Contains(tc.want, "seccomp profile Localhost")
+				strings.Contains(tc.want, "storage class") || strings.Contains(tc.want, "profile Localhost")
 			if structural && err == nil {
 				t.Errorf("allowed at privileged; the agent refuses it at every level")
 			}
