@@ -332,6 +332,10 @@ func run(o *options) error {
 		Recorder:           mgr.GetEventRecorder("k3k-cluster"),
 		Workers:            o.workers,
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := cluster.CheckUserNamespacesAccess(ctx, mgr.GetClient(), o.cfg); err != nil {
+		return err
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the cluster controller: %w", err)
 	}
@@ -342,5 +346,5 @@ func run(o *options) error {
 		return err
 	}
 	ctrl.Log.Info("starting k3k controller", "watchNamespaces", o.watchNamespaces, "defaultDatastore", o.cfg.DefaultDatastore, "defaultPersistence", o.cfg.DefaultPersistence)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }

@@ -1,13 +1,16 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
@@ -19,7 +22,8 @@ import (
 // node, so a kernel bug reached through the container's capabilities acts on
 // nothing the node owns. A kubelet whose runtime cannot (containerd before
 // 2.0, runc before 1.2) refuses every such pod, which is why auto looks
-// before it turns them on. Pure, like desired.go.
+// before it turns them on. Pure, like desired.go, but for
+// CheckUserNamespacesAccess, which asks the API server once at start.
 
 // UserNamespacesMode is the host administrator's choice
 // (--agent-user-namespaces, the chart's sharedAgent.userNamespaces).
@@ -136,4 +140,34 @@ func trimNode(obj any) (any, error) {
 		Spec:   corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
 		Status: corev1.NodeStatus{RuntimeHandlers: n.Status.RuntimeHandlers},
 	}, nil
+}
+
+// CheckUserNamespacesAccess says, before the manager starts, whether the
+// controller may read what auto decides from: it lists and watches Nodes.
+// Without that right the Node informer never syncs and the manager stops
+// after its cache timeout with only "timed out waiting for cache to be
+// synced for Kind *v1.Node"; this names the right and the two ways out.
+// Nothing to check unless agents are configured and the mode is auto.
+func CheckUserNamespacesAccess(ctx context.Context, c client.Client, cfg Config) error {
+	if cfg.AgentImage == "" || cfg.Agent.UserNamespaces != UserNamespacesAuto {
+		return nil
+	}
+	var denied []string
+	for _, verb := range []string{"list", "watch"} {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "nodes"},
+		}}
+		if err := c.Create(ctx, review); err != nil {
+			return fmt.Errorf("asking whether this controller may %s Nodes (--agent-user-namespaces=auto reads them): %w", verb, err)
+		}
+		if !review.Status.Allowed {
+			denied = append(denied, verb)
+		}
+	}
+	if len(denied) > 0 {
+		return fmt.Errorf("--agent-user-namespaces=auto reads the Nodes' runtime support, but this controller may not %s Nodes: "+
+			"grant it get, list and watch on nodes (the chart's ClusterRole <release>-nodes, made with rbac.create and sharedAgent.userNamespaces auto), "+
+			"or set --agent-user-namespaces (sharedAgent.userNamespaces) to true or false", strings.Join(denied, " or "))
+	}
+	return nil
 }

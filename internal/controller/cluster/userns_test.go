@@ -1,12 +1,16 @@
 package cluster
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
@@ -101,5 +105,58 @@ func TestTrimNodeKeepsWhatTheDecisionReads(t *testing.T) {
 	}
 	if runsWorkloads(tn) != runsWorkloads(&n) || supportsUserNamespaces(tn) != supportsUserNamespaces(&n) || !supportsUserNamespaces(tn) {
 		t.Errorf("the trimmed Node decides otherwise: %+v", tn)
+	}
+}
+
+// TestCheckUserNamespacesAccess asks a real kube-apiserver as a controller
+// without rights on Nodes, then with the chart's nodes rule: refused naming
+// the verbs and the two ways out, then allowed; nothing is asked unless the
+// mode is auto and agents are configured.
+func TestCheckUserNamespacesAccess(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	user := "system:serviceaccount:" + ns + ":k3k-controller"
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	controller, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auto := Config{AgentImage: "k3k-io/k3k-kubelet:dev", Agent: AgentDefaults{UserNamespaces: UserNamespacesAuto}}
+
+	err = CheckUserNamespacesAccess(ctx, controller, auto)
+	for _, want := range []string{"may not list or watch Nodes", "get, list and watch on nodes", "to true or false"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("without rights: err = %v, want it to contain %q", err, want)
+		}
+	}
+	for _, c := range []Config{
+		{AgentImage: auto.AgentImage, Agent: AgentDefaults{UserNamespaces: UserNamespacesOn}},
+		{AgentImage: auto.AgentImage},
+		{Agent: auto.Agent},
+	} {
+		if err := CheckUserNamespacesAccess(ctx, controller, c); err != nil {
+			t.Errorf("mode %q, agent image %q: %v, want nothing checked", c.Agent.UserNamespaces, c.AgentImage, err)
+		}
+	}
+
+	admin, err := client.New(restConfig, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "k3k-nodes-" + ns
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(ctx, o) })
+	}
+	if err := CheckUserNamespacesAccess(ctx, controller, auto); err != nil {
+		t.Errorf("with the nodes rule: %v", err)
 	}
 }

@@ -233,6 +233,16 @@ func TestLocalhostAppArmorProfiles(t *testing.T) {
 			t.Errorf("err = %v, want it to mention %q", err, want)
 		}
 	})
+	t.Run("an annotation the API server turned into the field is reported once", func(t *testing.T) {
+		p := plainPod()
+		p.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "app": "localhost/evil"}
+		sc(p).AppArmorProfile = localhost("evil")
+		_, err := newTranslator(t).HostPod(p)
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) || len(ue.Reasons) != 1 || !strings.Contains(ue.Reasons[0], `container "app": AppArmor profile Localhost "evil"`) {
+			t.Errorf("err = %v, want one reason, for the container's field", err)
+		}
+	})
 	t.Run("an allowed profile reaches the host pod as written", func(t *testing.T) {
 		tr := newTranslator(t, func(c *Config) { c.AppArmorLocalhostProfiles = []string{"k3k-audited"} })
 		p := plainPod()

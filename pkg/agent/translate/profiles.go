@@ -86,20 +86,26 @@ func appArmorLocalhostName(p *corev1.AppArmorProfile) (bool, string) {
 // and allowed does not hold.
 func localhostProblems(k profileKind, allowed []string, meta *metav1.ObjectMeta, spec *corev1.PodSpec) []string {
 	var r []string
-	check := func(where string, localhost bool, name string) {
-		if localhost && !slices.Contains(allowed, name) {
+	// refused holds owner and profile of each field refused, so that an
+	// annotation the API server already turned into that field (AppArmor)
+	// is not reported twice.
+	refused := map[[2]string]bool{}
+	check := func(owner, where string, localhost bool, name string) {
+		if localhost && !slices.Contains(allowed, name) && !refused[[2]string{owner, name}] {
+			refused[[2]string{owner, name}] = true
 			r = append(r, fmt.Sprintf("%s: %s profile Localhost %q is not one the host administrator allowed (%s)",
 				where, k.name, name, allowedProfiles(allowed)))
 		}
 	}
 	if sc := spec.SecurityContext; sc != nil {
 		l, name := k.pod(sc)
-		check("pod", l, name)
+		check("pod", "pod", l, name)
 	}
 	visit := func(c *corev1.Container) {
 		if sc := c.SecurityContext; sc != nil {
 			l, name := k.container(sc)
-			check(fmt.Sprintf("container %q", c.Name), l, name)
+			owner := fmt.Sprintf("container %q", c.Name)
+			check(owner, owner, l, name)
 		}
 	}
 	forEachContainer(spec, visit)
@@ -113,7 +119,7 @@ func localhostProblems(k profileKind, allowed []string, meta *metav1.ObjectMeta,
 			continue
 		}
 		name, localhost := strings.CutPrefix(meta.Annotations[key], corev1.SeccompLocalhostProfileNamePrefix)
-		check(fmt.Sprintf("%s (annotation %q)", owner, key), localhost, name)
+		check(owner, fmt.Sprintf("%s (annotation %q)", owner, key), localhost, name)
 	}
 	return r
 }
