@@ -547,6 +547,27 @@ func TestAgentFollowsImageChangeAndRecreation(t *testing.T) {
 		return err
 	})
 
+	// A deadline set on the running pod reaches the host pod, whose kubelet
+	// ends it; a shorter one replaces it.
+	for _, deadline := range []int64{3600, 600} {
+		eventually(t, fmt.Sprintf("activeDeadlineSeconds %d set in the virtual cluster", deadline), func() error {
+			p, err := virtAdmin.CoreV1().Pods(ns).Get(c, "db-0", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.ActiveDeadlineSeconds = ptr.To(deadline)
+			_, err = virtAdmin.CoreV1().Pods(ns).Update(c, p, metav1.UpdateOptions{})
+			return err
+		})
+		eventually(t, fmt.Sprintf("activeDeadlineSeconds %d on the host pod", deadline), func() error {
+			p, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hp.Name, metav1.GetOptions{})
+			if err == nil && ptr.Deref(p.Spec.ActiveDeadlineSeconds, 0) != deadline {
+				err = fmt.Errorf("activeDeadlineSeconds %v", p.Spec.ActiveDeadlineSeconds)
+			}
+			return err
+		})
+	}
+
 	// An image whose registry is an address is not carried over: the host pod
 	// keeps what it runs, and one Warning Event says why.
 	eventually(t, "image change to a registry address in the virtual cluster", func() error {

@@ -65,7 +65,7 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err := r.syncCopies(ctx, vpod, hpod); err != nil {
 		return false, err
 	}
-	if err := r.patchImages(ctx, vpod, hpod); err != nil {
+	if err := r.patchSpec(ctx, vpod, hpod); err != nil {
 		return false, err
 	}
 	status := translate.VirtualStatus(vpod, hpod)
@@ -295,20 +295,16 @@ func (r *run) unadmit(vpod *corev1.Pod) {
 	delete(r.admitted, vpod.Namespace+"/"+vpod.Name)
 }
 
-// patchImages carries image changes of the virtual pod to the host pod.
-func (r *run) patchImages(ctx context.Context, vpod, hpod *corev1.Pod) error {
-	diff := translate.ImagePatch(vpod, hpod)
-	key := vpod.Namespace + "/" + vpod.Name
-	if len(diff) == 0 || hpod.DeletionTimestamp != nil {
-		r.imageRefusals.Delete(key)
+// patchSpec carries the in-place changes of the virtual pod's spec to the
+// host pod: images (unless refused) and a set or shortened active deadline.
+func (r *run) patchSpec(ctx context.Context, vpod, hpod *corev1.Pod) error {
+	if hpod.DeletionTimestamp != nil {
+		r.imageRefusals.Delete(vpod.Namespace + "/" + vpod.Name)
 		return nil
 	}
-	if reasons := r.tr.ImageProblems(&vpod.Spec); len(reasons) > 0 {
-		// The host pod keeps the images it runs; the tenant is told once per
-		// version of the virtual pod's spec that asked for the change.
-		if !r.imageRefusalSaid(key, vpod) {
-			r.event(ctx, vpod, translate.ReasonUnsupported, "image update refused by the shared-mode agent: "+strings.Join(reasons, "; "))
-		}
+	deadline := translate.ActiveDeadlinePatch(vpod, hpod)
+	diff := r.allowedImagePatch(ctx, vpod, hpod)
+	if len(diff) == 0 && deadline == nil {
 		return nil
 	}
 	p := hpod.DeepCopy()
@@ -319,10 +315,32 @@ func (r *run) patchImages(ctx context.Context, vpod, hpod *corev1.Pod) error {
 			}
 		}
 	}
+	if deadline != nil {
+		p.Spec.ActiveDeadlineSeconds = deadline
+	}
 	if _, err := r.cfg.Host.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating host pod images: %w", err)
+		return fmt.Errorf("updating the host pod's images or deadline: %w", err)
 	}
 	return nil
+}
+
+// allowedImagePatch is the image changes of vpod the host pod may take
+// (translate.ImagePatch): none when one of its images is refused, which the
+// tenant is told once per version of the virtual pod's spec that asked.
+func (r *run) allowedImagePatch(ctx context.Context, vpod, hpod *corev1.Pod) map[string]string {
+	diff := translate.ImagePatch(vpod, hpod)
+	key := vpod.Namespace + "/" + vpod.Name
+	if len(diff) == 0 {
+		r.imageRefusals.Delete(key)
+		return nil
+	}
+	if reasons := r.tr.ImageProblems(&vpod.Spec); len(reasons) > 0 {
+		if !r.imageRefusalSaid(key, vpod) {
+			r.event(ctx, vpod, translate.ReasonUnsupported, "image update refused by the shared-mode agent: "+strings.Join(reasons, "; "))
+		}
+		return nil
+	}
+	return diff
 }
 
 // imageRefusalSaid reports whether the refusal of vpod's image update was

@@ -510,9 +510,22 @@ func copyMap(m map[string]string) map[string]string {
 	return out
 }
 
+// ActiveDeadlinePatch returns vpod's activeDeadlineSeconds when the host pod
+// should take it: a running pod's deadline may be set or shortened (never
+// lengthened or removed), and a pod past it is failed by its kubelet, which
+// for a virtual pod is the host's. Nil when the host pod has it already.
+func ActiveDeadlinePatch(vpod, host *corev1.Pod) *int64 {
+	v, h := vpod.Spec.ActiveDeadlineSeconds, host.Spec.ActiveDeadlineSeconds
+	if v == nil || (h != nil && *v >= *h) {
+		return nil
+	}
+	return ptr.To(*v)
+}
+
 // ImagePatch returns the container images of vpod that differ from host's, by
-// container name. Images are the one part of a running pod's spec users change
-// in place; the agent patches them onto the host pod.
+// container name. Images are, with the deadline (ActiveDeadlinePatch), the
+// part of a running pod's spec users change in place; the agent patches them
+// onto the host pod.
 func ImagePatch(vpod, host *corev1.Pod) map[string]string {
 	want := map[string]string{}
 	for _, c := range append(append([]corev1.Container(nil), vpod.Spec.InitContainers...), vpod.Spec.Containers...) {

@@ -495,3 +495,26 @@ func TestImagePatch(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestActiveDeadlinePatch(t *testing.T) {
+	pod := func(d *int64) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{ActiveDeadlineSeconds: d}} }
+	cases := []struct {
+		name          string
+		virtual, host *int64
+		want          *int64
+	}{
+		{"none on either side", nil, nil, nil},
+		{"set on the running virtual pod", ptr.To(int64(30)), nil, ptr.To(int64(30))},
+		{"shortened", ptr.To(int64(30)), ptr.To(int64(60)), ptr.To(int64(30))},
+		{"already there", ptr.To(int64(30)), ptr.To(int64(30)), nil},
+		{"never lengthened (the host refuses it)", ptr.To(int64(90)), ptr.To(int64(60)), nil},
+		{"never removed", nil, ptr.To(int64(60)), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, ActiveDeadlinePatch(pod(tc.virtual), pod(tc.host))); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
