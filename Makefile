@@ -15,6 +15,8 @@
 #                     and its containerd v2.1.5 (the k3s binary run as containerd) the e2e node's runtime
 #   containerd shim   v2.1.5   (hack/tools/containerd-shim) — containerd-shim-runc-v2 of the e2e node
 #   runc              v1.4.0   (hack/tools/runc, cgo + libseccomp) — the e2e node's OCI runtime
+#   e2e.test          v1.34.3  (hack/tools/conformance: k8s.io/kubernetes, its ginkgo v2.21.0,
+#                     agnhost and sample-apiserver) — make conformance, not part of make check
 #   Libraries: controller-runtime v0.25.2, client-go v0.37.0, kine v0.17.5,
 #   etcd server/client v3.7.3 (go.mod).
 

@@ -53,3 +53,12 @@ demo-down: ## Remove everything `make demo` made (root)
 # FOOTPRINT_VARIANTS, FOOTPRINT_PODS, FOOTPRINT_IDLE, FOOTPRINT_SETTLE: see e2e/footprint_test.go.
 bench-footprint: ## Private memory (PSS, anonymous) of every container of one virtual cluster, idle and with 100 pods: a table (host cluster, root; docs/footprint.md)
 	$(E2E_ENV) E2E_EXTRA_TAGS=footprint hack/e2e.sh test -run '^TestFootprint$$' $(E2E_ARGS)
+
+.PHONY: conformance conformance-build
+
+# CONFORMANCE_FOCUS, CONFORMANCE_SKIP, CONFORMANCE_PARALLEL: see hack/conformance.sh.
+conformance: ## The Kubernetes conformance suite (v1.34.3) against make demo's virtual cluster: JUnit and a summary under _output/conformance (root; hours for all of it)
+	$(E2E_ENV) hack/conformance.sh run
+
+conformance-build: ## Build e2e.test, ginkgo and the conformance test images only (cached in TOOLS_DIR/conformance)
+	$(E2E_ENV) hack/conformance.sh build

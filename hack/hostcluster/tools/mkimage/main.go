@@ -43,6 +43,7 @@ func main() {
 	entrypoint := flag.String("entrypoint", "", "entrypoint, split on spaces")
 	cmd := flag.String("cmd", "", "default arguments, split on spaces")
 	workdir := flag.String("workdir", "/", "working directory")
+	user := flag.String("user", "", "the user the image runs as (a number: nothing resolves names); empty: root")
 	var env listFlag
 	flag.Var(&env, "env", "KEY=VALUE added to the environment (repeatable)")
 	flag.Parse()
@@ -50,12 +51,12 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*out, *ref, *entrypoint, *cmd, *workdir, env, flag.Args()); err != nil {
+	if err := run(*out, *ref, *entrypoint, *cmd, *workdir, *user, env, flag.Args()); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(out, ref, entrypoint, cmd, workdir string, env, entries []string) error {
+func run(out, ref, entrypoint, cmd, workdir, user string, env, entries []string) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return fmt.Errorf("parsing image reference: %w", err)
@@ -90,6 +91,7 @@ func run(out, ref, entrypoint, cmd, workdir string, env, entries []string) error
 	cfg.Config.Entrypoint = strings.Fields(entrypoint)
 	cfg.Config.Cmd = strings.Fields(cmd)
 	cfg.Config.WorkingDir = workdir
+	cfg.Config.User = user
 	cfg.Config.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}, env...)
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
@@ -196,7 +198,16 @@ func addFile(tw *tar.Writer, dst, src string, mtime time.Time) error {
 	if !st.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file", src)
 	}
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Mode: int64(st.Mode().Perm()), Size: st.Size(), ModTime: mtime}
+	// The permission bits, and set-user-ID and set-group-ID (an image that
+	// tests no_new_privs carries a set-user-ID program); files belong to root.
+	mode := int64(st.Mode().Perm())
+	if st.Mode()&os.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if st.Mode()&os.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Mode: mode, Size: st.Size(), ModTime: mtime}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
 	}

@@ -17,6 +17,13 @@ func TestWriteLayer(t *testing.T) {
 	if err := os.WriteFile(src, []byte("binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	setuid := filepath.Join(t.TempDir(), "nnp")
+	if err := os.WriteFile(setuid, []byte("nnp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(setuid, 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		entries []string
@@ -27,6 +34,11 @@ func TestWriteLayer(t *testing.T) {
 			name:    "a file gets its parent directories first and keeps its mode",
 			entries: []string{"/usr/bin/app=" + src},
 			want:    []string{"dir usr/", "dir usr/bin/", "file usr/bin/app 755 6"},
+		},
+		{
+			name:    "a set-user-ID file stays one",
+			entries: []string{"/nnp=" + setuid},
+			want:    []string{"file nnp 4755 3"},
 		},
 		{
 			name:    "a link and a directory share parents, each made once",
