@@ -123,11 +123,13 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	pods, err := podsync.New(podsync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync, Capacity: n.Capacity()})
+	svcs, err := servicesync.New(servicesync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
 	if err != nil {
 		return nil, err
 	}
-	svcs, err := servicesync.New(servicesync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
+	// Pods get their namespace's Service variables from the Services the
+	// agent copies, at the host copies' addresses.
+	pods, err := podsync.New(podsync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync, Capacity: n.Capacity(), ServiceLinks: svcs.ServiceLinks})
 	if err != nil {
 		return nil, err
 	}

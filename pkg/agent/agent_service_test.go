@@ -3,6 +3,7 @@ package agent_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -309,4 +310,54 @@ func TestServiceSyncSurvivesVirtualAPIServerRestart(t *testing.T) {
 		return err
 	})
 	waitHostEndpoints(t, ns, "db-a", db, cache)
+}
+
+// TestPodsGetTheirNamespacesServiceVariables: a pod created right after a
+// Service of its namespace gets that Service's variables at its host copy's
+// address (the one the agent's DNS answers), in the kubelet's form, and none
+// of another namespace's; a pod with enableServiceLinks false gets none.
+func TestPodsGetTheirNamespacesServiceVariables(t *testing.T) {
+	const ns, other = "links", "links-other"
+	virtualNamespace(t, ns)
+	virtualNamespace(t, other)
+	createVirtualService(t, webService(ns, "redis-master", "", corev1.ServiceTypeClusterIP), virtualSlice(ns, "redis-master-x", "redis-master"))
+	createVirtualService(t, webService(other, "elsewhere", "", corev1.ServiceTypeClusterIP), virtualSlice(other, "elsewhere-x", "elsewhere"))
+	// At once, before the agent has copied the Service.
+	createVirtual(t, boundPod(ns, "linked"))
+	createVirtual(t, boundPod(ns, "unlinked", func(p *corev1.Pod) { p.Spec.EnableServiceLinks = ptr.To(false) }))
+
+	hsvc := waitHostService(t, ns, "redis-master", func(s *corev1.Service) error {
+		if s.Spec.ClusterIP == "" {
+			return errors.New("no ClusterIP yet")
+		}
+		return nil
+	})
+	env := func(name string) map[string]string {
+		out := map[string]string{}
+		for _, e := range waitHostPod(t, ns, name).Spec.Containers[0].Env {
+			out[e.Name] = e.Value
+		}
+		return out
+	}
+	linked := env("linked")
+	ip := hsvc.Spec.ClusterIP
+	for k, want := range map[string]string{
+		"REDIS_MASTER_SERVICE_HOST":      ip,
+		"REDIS_MASTER_SERVICE_PORT":      "80",
+		"REDIS_MASTER_SERVICE_PORT_HTTP": "80",
+		"REDIS_MASTER_PORT":              "tcp://" + ip + ":80",
+		"REDIS_MASTER_PORT_80_TCP_ADDR":  ip,
+	} {
+		if got, ok := linked[k]; !ok || got != want {
+			t.Errorf("linked pod: %s = %q (set %v), want %q", k, got, ok, want)
+		}
+	}
+	if _, ok := linked["ELSEWHERE_SERVICE_HOST"]; ok {
+		t.Error("linked pod got another namespace's Service")
+	}
+	for k := range env("unlinked") {
+		if strings.HasPrefix(k, "REDIS_MASTER_") {
+			t.Errorf("a pod with enableServiceLinks false got %s", k)
+		}
+	}
 }

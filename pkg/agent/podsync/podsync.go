@@ -45,7 +45,16 @@ type Config struct {
 	// (package nodeadmit), so a spec.nodeName set by the tenant, which skips
 	// the virtual scheduler, cannot ask the host for more. Nil bounds nothing.
 	Capacity corev1.ResourceList
+	// ServiceLinks lists the Services whose variables a pod of namespace gets
+	// (servicesync.Syncer.ServiceLinks); complete is false while one of them
+	// has no host address yet. Nil gives pods no service variables.
+	ServiceLinks func(namespace string) (links []translate.ServiceLink, complete bool)
 }
+
+// serviceLinksWait is how long a new pod waits for every Service of its
+// namespace to have a host address before it starts without the variables
+// of those that have none (a Service the host refused never gets one).
+const serviceLinksWait = 10 * time.Second
 
 // Syncer runs the virtual node's pods on the host.
 type Syncer struct {

@@ -168,6 +168,13 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if r.cfg.ServiceLinks != nil && translate.ServiceLinksEnabled(vpod) {
+		links, complete := r.cfg.ServiceLinks(vpod.Namespace)
+		if !complete && r.cfg.Now().Sub(vpod.CreationTimestamp.Time) < serviceLinksWait {
+			return true, nil
+		}
+		translate.AddServiceLinks(hpod, links)
+	}
 	if rejection := r.admit(vpod); rejection != nil {
 		return false, r.refuse(ctx, vpod, rejection.Reason, rejection.Message)
 	}

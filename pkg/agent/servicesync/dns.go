@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
@@ -59,4 +60,36 @@ func (r *run) publishDNS() {
 			return r.tr.HostName(translate.KindService, namespace, name)
 		},
 	})
+}
+
+// ServiceLinks are the Services of namespace that a pod's service variables
+// name (translate.ServiceLinkEnv): those with a ClusterIP, at their host
+// copies' addresses, the ones the agent's DNS answers. complete is false
+// while the caches have not synced or a Service's host copy has no address
+// yet, so that a pod created right after a Service can wait for it, as its
+// variables would otherwise miss it. The virtual API's own Service is left
+// to the variables the translator writes (KUBERNETES_SERVICE_HOST).
+func (s *Syncer) ServiceLinks(namespace string) (links []translate.ServiceLink, complete bool) {
+	src := s.dns.cur.Load()
+	if src == nil {
+		return nil, false
+	}
+	svcs, err := src.Services.Services(namespace).List(labels.Everything())
+	if err != nil {
+		return nil, false
+	}
+	complete = true
+	for _, v := range svcs {
+		if v.Spec.Type == corev1.ServiceTypeExternalName || v.Spec.ClusterIP == corev1.ClusterIPNone || v.Spec.ClusterIP == "" ||
+			(namespace == metav1.NamespaceDefault && v.Name == "kubernetes") {
+			continue
+		}
+		h, ok := src.Service(namespace, v.Name)
+		if !ok || len(h.IPs) == 0 {
+			complete = false
+			continue
+		}
+		links = append(links, translate.ServiceLink{Name: v.Name, IP: h.IPs[0].String(), Ports: v.Spec.Ports})
+	}
+	return links, complete
 }

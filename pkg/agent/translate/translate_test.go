@@ -3,6 +3,7 @@ package translate
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -517,4 +518,47 @@ func TestActiveDeadlinePatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServiceLinkEnv: the variables a kubelet writes for a pod's namespace's
+// Services (k8s.io/kubernetes pkg/kubelet/envvars), with the addresses given.
+func TestServiceLinkEnv(t *testing.T) {
+	links := []ServiceLink{
+		{Name: "redis-master", IP: "10.43.0.7", Ports: []corev1.ServicePort{{Name: "redis", Port: 6379}, {Port: 53, Protocol: corev1.ProtocolUDP}}},
+		{Name: "api", IP: "fd00::1", Ports: []corev1.ServicePort{{Port: 443}}},
+		{Name: "pending", Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	want := []corev1.EnvVar{
+		{Name: "API_SERVICE_HOST", Value: "fd00::1"},
+		{Name: "API_SERVICE_PORT", Value: "443"},
+		{Name: "API_PORT", Value: "tcp://[fd00::1]:443"},
+		{Name: "API_PORT_443_TCP", Value: "tcp://[fd00::1]:443"},
+		{Name: "API_PORT_443_TCP_PROTO", Value: "tcp"},
+		{Name: "API_PORT_443_TCP_PORT", Value: "443"},
+		{Name: "API_PORT_443_TCP_ADDR", Value: "fd00::1"},
+		{Name: "REDIS_MASTER_SERVICE_HOST", Value: "10.43.0.7"},
+		{Name: "REDIS_MASTER_SERVICE_PORT", Value: "6379"},
+		{Name: "REDIS_MASTER_SERVICE_PORT_REDIS", Value: "6379"},
+		{Name: "REDIS_MASTER_PORT", Value: "tcp://10.43.0.7:6379"},
+		{Name: "REDIS_MASTER_PORT_6379_TCP", Value: "tcp://10.43.0.7:6379"},
+		{Name: "REDIS_MASTER_PORT_6379_TCP_PROTO", Value: "tcp"},
+		{Name: "REDIS_MASTER_PORT_6379_TCP_PORT", Value: "6379"},
+		{Name: "REDIS_MASTER_PORT_6379_TCP_ADDR", Value: "10.43.0.7"},
+		{Name: "REDIS_MASTER_PORT_53_UDP", Value: "udp://10.43.0.7:53"},
+		{Name: "REDIS_MASTER_PORT_53_UDP_PROTO", Value: "udp"},
+		{Name: "REDIS_MASTER_PORT_53_UDP_PORT", Value: "53"},
+		{Name: "REDIS_MASTER_PORT_53_UDP_ADDR", Value: "10.43.0.7"},
+	}
+	if diff := cmp.Diff(want, ServiceLinkEnv(links)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+
+	t.Run("a container's own variable wins", func(t *testing.T) {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "API_SERVICE_HOST", Value: "mine"}}}}}}
+		AddServiceLinks(p, links[1:2])
+		env := p.Spec.Containers[0].Env
+		if len(env) != 7 || env[len(env)-1].Value != "mine" || slices.ContainsFunc(env[:6], func(e corev1.EnvVar) bool { return e.Name == "API_SERVICE_HOST" }) {
+			t.Errorf("env = %v, want the six link variables but API_SERVICE_HOST, then the container's own", env)
+		}
+	})
 }
