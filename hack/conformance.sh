@@ -164,23 +164,32 @@ summary() {
   local dir=$1
   python3 - "$dir" <<'EOF'
 import glob, sys, xml.etree.ElementTree as ET
-passed, failed, skipped = [], [], 0
+passed, failed, skipped, unselected = [], [], [], 0
 for f in sorted(glob.glob(sys.argv[1] + "/junit_*.xml")):
     for case in ET.parse(f).getroot().iter("testcase"):
         name = case.get("name", "")
         if not name.startswith("[It]"):
             continue  # setup and teardown nodes
-        if case.find("skipped") is not None:
-            skipped += 1
+        skip = case.find("skipped")
+        if skip is not None:
+            # Specs the focus left out say only "skipped"; a test that
+            # skipped itself says why.
+            message = skip.get("message") or ""
+            if message == "skipped":
+                unselected += 1
+            else:
+                skipped.append((name, message))
         elif case.find("failure") is not None or case.find("error") is not None:
             failed.append((name, float(case.get("time", 0))))
         else:
             passed.append((name, float(case.get("time", 0))))
 run = len(passed) + len(failed)
-print(f"passed {len(passed)} of {run} run, failed {len(failed)}, skipped {skipped}")
+print(f"passed {len(passed)} of {run} run, failed {len(failed)}, skipped {len(skipped)} (not selected: {unselected})")
 print(f"time of the tests run: {sum(t for _, t in passed + failed):.0f} s")
 for name, t in failed:
     print(f"FAILED ({t:.0f} s) {name}")
+for name, message in skipped:
+    print(f"SKIPPED {name}: {message}")
 EOF
 }
 
