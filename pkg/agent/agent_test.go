@@ -448,6 +448,32 @@ func TestAgentPodLifecycle(t *testing.T) {
 		}
 		return fmt.Errorf("not Ready: %+v", s.Conditions)
 	})
+	// The container's start is said as a kubelet says it, once: reconciled
+	// again (the resync), nothing new is said.
+	started := func() (int, error) {
+		evs, err := virtAdmin.CoreV1().Events(ns).List(c, metav1.ListOptions{FieldSelector: "involvedObject.name=web-0,reason=Started"})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeNormal && e.Message == "Started container "+vp.Spec.Containers[0].Name && e.Source.Component == "kubelet" {
+				n++
+			}
+		}
+		return n, nil
+	}
+	eventually(t, "a Started event on the virtual pod", func() error {
+		n, err := started()
+		if err == nil && n == 0 {
+			err = errors.New("none yet")
+		}
+		return err
+	})
+	time.Sleep(4 * time.Second) // a resync (3 s in this suite)
+	if n, err := started(); err != nil || n != 1 {
+		t.Errorf("%d Started events (%v), want 1", n, err)
+	}
 
 	// Graceful deletion: the host pod is deleted with the virtual grace period;
 	// the virtual pod stays until the host pod is really gone.

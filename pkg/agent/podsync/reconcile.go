@@ -72,7 +72,15 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	// Ephemeral containers (kubectl debug) are added to running pods; the
 	// host pod never gets them, the virtual pod says why.
 	status.EphemeralContainerStatuses = r.tr.EphemeralStatuses(vpod)
-	return false, r.mirrorStatus(ctx, vpod, status)
+	if err := r.mirrorStatus(ctx, vpod, status); err != nil {
+		return false, err
+	}
+	// Said once the status that shows them is written, so a failed write
+	// does not say them twice.
+	for _, name := range translate.StartedContainers(vpod.Status, status) {
+		r.normalEvent(ctx, vpod, "Started", "Started container "+name)
+	}
+	return false, nil
 }
 
 // virtualGone deletes the host pod of a virtual pod that no longer exists,
@@ -254,6 +262,19 @@ func (r *run) event(ctx context.Context, vpod *corev1.Pod, reason, message strin
 		},
 		Component: "kubelet", Node: r.tr.Config().NodeName,
 		Reason: reason, Message: message, At: r.cfg.Now(),
+	}.Record(ctx, r.virtual)
+}
+
+// normalEvent reports on vpod, as its kubelet would, what went as it should
+// (a container started), which clients wait for (kubectl, the conformance
+// suite's "Started" event).
+func (r *run) normalEvent(ctx context.Context, vpod *corev1.Pod, reason, message string) {
+	syncloop.Warning{
+		Object: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Pod", Namespace: vpod.Namespace, Name: vpod.Name, UID: vpod.UID, ResourceVersion: vpod.ResourceVersion,
+		},
+		Component: "kubelet", Node: r.tr.Config().NodeName,
+		Reason: reason, Message: message, At: r.cfg.Now(), Type: corev1.EventTypeNormal,
 	}.Record(ctx, r.virtual)
 }
 

@@ -24,16 +24,23 @@ type Warning struct {
 	Component, Node string
 	Reason, Message string
 	At              time.Time
+	// Type is the event's type: Warning when empty, or Normal (a container
+	// started, as a kubelet reports it).
+	Type string
 }
 
 // Record writes w into the virtual cluster. Failing to is logged, not
 // retried: the refusal it reports is retried (or final) either way.
 func (w Warning) Record(ctx context.Context, virtual kubernetes.Interface) {
 	now := metav1.NewTime(w.At)
+	typ := w.Type
+	if typ == "" {
+		typ = corev1.EventTypeWarning
+	}
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: w.Object.Name + ".", Namespace: w.Object.Namespace},
 		InvolvedObject: w.Object,
-		Reason:         w.Reason, Message: w.Message, Type: corev1.EventTypeWarning,
+		Reason:         w.Reason, Message: w.Message, Type: typ,
 		Source:         corev1.EventSource{Component: w.Component, Host: w.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "k3k.io/kubelet", ReportingInstance: w.Node,

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
@@ -538,4 +539,41 @@ func ImagePatch(vpod, host *corev1.Pod) map[string]string {
 		}
 	}
 	return diff
+}
+
+// StartedContainers names the containers (init containers first) that
+// started between status prev and next: their start time (running, or
+// terminated since, for a container that ran too briefly to be seen
+// running) is set and new. That is what a kubelet reports with a "Started"
+// event.
+func StartedContainers(prev, next corev1.PodStatus) []string {
+	var out []string
+	for _, lists := range [][2][]corev1.ContainerStatus{
+		{prev.InitContainerStatuses, next.InitContainerStatuses},
+		{prev.ContainerStatuses, next.ContainerStatuses},
+	} {
+		before := map[string]metav1.Time{}
+		for _, c := range lists[0] {
+			before[c.Name] = startedAt(c.State)
+		}
+		for _, c := range lists[1] {
+			at := startedAt(c.State)
+			if old := before[c.Name]; !at.IsZero() && !old.Equal(&at) {
+				out = append(out, c.Name)
+			}
+		}
+	}
+	return out
+}
+
+// startedAt is when the container of state s last started; zero when it
+// has not.
+func startedAt(s corev1.ContainerState) metav1.Time {
+	switch {
+	case s.Running != nil:
+		return s.Running.StartedAt
+	case s.Terminated != nil:
+		return s.Terminated.StartedAt
+	}
+	return metav1.Time{}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -561,4 +562,43 @@ func TestServiceLinkEnv(t *testing.T) {
 			t.Errorf("env = %v, want the six link variables but API_SERVICE_HOST, then the container's own", env)
 		}
 	})
+}
+
+func TestStartedContainers(t *testing.T) {
+	t1, t2 := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0))
+	running := func(name string, at metav1.Time) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at}}}
+	}
+	exited := func(name string, at metav1.Time) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: at}}}
+	}
+	waiting := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
+	cases := []struct {
+		name       string
+		prev, next corev1.PodStatus
+		want       []string
+	}{
+		{"nothing yet", corev1.PodStatus{}, corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting}}, nil},
+		{"from waiting to running", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting}},
+			corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running("app", t1)}}, []string{"app"}},
+		{"still running: said before", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running("app", t1)}},
+			corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running("app", t1)}}, nil},
+		{"ran and exited between two looks", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting}},
+			corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{exited("app", t1)}}, []string{"app"}},
+		{"exited after it was seen running", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running("app", t1)}},
+			corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{exited("app", t1)}}, nil},
+		{"restarted", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{exited("app", t1)}},
+			corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running("app", t2)}}, []string{"app"}},
+		{"never started", corev1.PodStatus{}, corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{exited("app", metav1.Time{})}}, nil},
+		{"init containers first", corev1.PodStatus{},
+			corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{exited("init", t1)}, ContainerStatuses: []corev1.ContainerStatus{running("app", t2)}},
+			[]string{"init", "app"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, StartedContainers(tc.prev, tc.next)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
 }
