@@ -12,6 +12,7 @@
 #        CONFORMANCE_SKIP    ginkgo skip (default '\[Serial\]|\[Disruptive\]')
 #        CONFORMANCE_PARALLEL ginkgo processes (default 2; 1 runs without ginkgo's CLI)
 #        CONFORMANCE_TIMEOUT the suite's timeout (default 24h)
+#        CONFORMANCE_REUSE=1 run against the virtual cluster an earlier run left
 #        K3K_TOOLS_DIR (default ~/.cache/k3k/tools)
 #
 # Output: _output/conformance/<start time>/ with junit_01.xml (one per process),
@@ -197,8 +198,13 @@ cmd_run() {
   local start=$SECONDS
   cmd_build
   # The host cluster, the chart and a virtual cluster, as a newcomer's
-  # `make demo` makes them.
-  "$ROOT/hack/e2e.sh" demo
+  # `make demo` makes them; CONFORMANCE_REUSE=1 runs against the one an
+  # earlier run left (the product's images as they were then).
+  if [ "${CONFORMANCE_REUSE:-}" = 1 ] && [ -s "$DEMO/demo-kubeconfig.yaml" ]; then
+    say "reusing the virtual cluster of $DEMO/demo-kubeconfig.yaml"
+  else
+    "$ROOT/hack/e2e.sh" demo
+  fi
   export KUBECONFIG=$HOSTCLUSTER_DIR/kubeconfig
   "$HC" import "$IMAGES"/*.tar
   local out

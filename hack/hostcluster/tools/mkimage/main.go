@@ -136,20 +136,28 @@ func writeLayer(w io.Writer, entries []string) error {
 	}
 	written := map[string]bool{}
 	for _, e := range entries {
+		// The first separator tells the kind: a source path may hold an @
+		// (Go's module cache: k8s.io/kubernetes@v1.34.3/…), a link target
+		// an =.
+		eq, at := strings.Index(e, "="), strings.Index(e, "@")
+		isFile := eq >= 0 && (at < 0 || eq < at)
+		isLink := at >= 0 && !isFile
 		// A later entry for the same path would silently replace the earlier one
 		// (say, a link named like the file it points to): refuse it.
-		if p, _, ok := strings.Cut(e, "@"); ok || strings.Contains(e, "=") {
-			if !ok {
-				p, _, _ = strings.Cut(e, "=")
+		if isFile || isLink {
+			sep := at
+			if isFile {
+				sep = eq
 			}
+			p := e[:sep]
 			if p = path.Clean(p); written[p] {
 				return fmt.Errorf("entry %q: %s is already in the image", e, p)
 			}
 			written[p] = true
 		}
 		switch {
-		case strings.Contains(e, "@"):
-			dst, target, _ := strings.Cut(e, "@")
+		case isLink:
+			dst, target := e[:at], e[at+1:]
 			if err := checkAbs(dst); err != nil {
 				return err
 			}
@@ -160,8 +168,8 @@ func writeLayer(w io.Writer, entries []string) error {
 			if err := tw.WriteHeader(hdr); err != nil {
 				return err
 			}
-		case strings.Contains(e, "="):
-			dst, src, _ := strings.Cut(e, "=")
+		case isFile:
+			dst, src := e[:eq], e[eq+1:]
 			if err := checkAbs(dst); err != nil {
 				return err
 			}

@@ -17,6 +17,14 @@ func TestWriteLayer(t *testing.T) {
 	if err := os.WriteFile(src, []byte("binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	atDir := filepath.Join(t.TempDir(), "mod", "k8s.io", "kubernetes@v1.34.3")
+	if err := os.MkdirAll(atDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cert := filepath.Join(atDir, "localhost.crt")
+	if err := os.WriteFile(cert, []byte("cert"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	setuid := filepath.Join(t.TempDir(), "nnp")
 	if err := os.WriteFile(setuid, []byte("nnp"), 0o755); err != nil {
 		t.Fatal(err)
@@ -34,6 +42,11 @@ func TestWriteLayer(t *testing.T) {
 			name:    "a file gets its parent directories first and keeps its mode",
 			entries: []string{"/usr/bin/app=" + src},
 			want:    []string{"dir usr/", "dir usr/bin/", "file usr/bin/app 755 6"},
+		},
+		{
+			name:    "a source path with an @ is a file, a link target with an = a link",
+			entries: []string{"/localhost.crt=" + cert, "/odd@x=y"},
+			want:    []string{"file localhost.crt 644 4", "link odd x=y"},
 		},
 		{
 			name:    "a set-user-ID file stays one",
