@@ -142,6 +142,22 @@ func hostKubeletRuns(t *testing.T, name string, mutate func(*corev1.PodStatus)) 
 	}
 }
 
+// countVirtualEvents counts the virtual cluster's Events about object
+// ns/name that match.
+func countVirtualEvents(c context.Context, ns, name string, match func(corev1.Event) bool) (int, error) {
+	evs, err := virtAdmin.CoreV1().Events(ns).List(c, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if match(e) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func waitVirtualPhase(t *testing.T, ns, name string, phase corev1.PodPhase, check func(*corev1.Pod) error) *corev1.Pod {
 	t.Helper()
 	var vp *corev1.Pod
@@ -451,17 +467,9 @@ func TestAgentPodLifecycle(t *testing.T) {
 	// The container's start is said as a kubelet says it, once: reconciled
 	// again (the resync), nothing new is said.
 	started := func() (int, error) {
-		evs, err := virtAdmin.CoreV1().Events(ns).List(c, metav1.ListOptions{FieldSelector: "involvedObject.name=web-0,reason=Started"})
-		if err != nil {
-			return 0, err
-		}
-		n := 0
-		for _, e := range evs.Items {
-			if e.Type == corev1.EventTypeNormal && e.Message == "Started container "+vp.Spec.Containers[0].Name && e.Source.Component == "kubelet" {
-				n++
-			}
-		}
-		return n, nil
+		return countVirtualEvents(c, ns, "web-0", func(e corev1.Event) bool {
+			return e.Type == corev1.EventTypeNormal && e.Reason == "Started" && e.Message == "Started container "+vp.Spec.Containers[0].Name && e.Source.Component == "kubelet"
+		})
 	}
 	eventually(t, "a Started event on the virtual pod", func() error {
 		n, err := started()
@@ -606,17 +614,9 @@ func TestAgentFollowsImageChangeAndRecreation(t *testing.T) {
 		return err
 	})
 	refusals := func() (int, error) {
-		evs, err := virtAdmin.CoreV1().Events(ns).List(c, metav1.ListOptions{FieldSelector: "involvedObject.name=db-0"})
-		if err != nil {
-			return 0, err
-		}
-		n := 0
-		for _, e := range evs.Items {
-			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `image "127.0.0.1:10250/probe" names its registry by address`) {
-				n++
-			}
-		}
-		return n, nil
+		return countVirtualEvents(c, ns, "db-0", func(e corev1.Event) bool {
+			return e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `image "127.0.0.1:10250/probe" names its registry by address`)
+		})
 	}
 	eventually(t, "a Warning Event about the refused image", func() error {
 		n, err := refusals()

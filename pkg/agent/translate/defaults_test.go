@@ -82,16 +82,48 @@ func TestSeccompDefault(t *testing.T) {
 	}
 }
 
+// profileCase is a pod changed by mutate, translated at level with a list
+// of allowed Localhost profiles: refused mentioning want, or allowed when
+// want is empty.
+type profileCase struct {
+	name   string
+	level  string
+	mutate func(*corev1.Pod)
+	want   string
+}
+
+// runProfileCases translates each case's pod with allow applied to the
+// Config.
+func runProfileCases(t *testing.T, cases []profileCase, allow func(*Config)) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTranslator(t, func(c *Config) {
+				c.PodSecurityLevel = tc.level
+				allow(c)
+			})
+			p := plainPod()
+			tc.mutate(p)
+			host, err := tr.HostPod(p)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ue *UnsupportedError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got host pod %v, err %v; want *UnsupportedError mentioning %q", host != nil, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestLocalhostSeccompProfiles(t *testing.T) {
 	localhost := func(name string) *corev1.SeccompProfile {
 		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To(name)}
 	}
-	cases := []struct {
-		name   string
-		level  string
-		mutate func(*corev1.Pod)
-		want   string // empty: allowed
-	}{
+	cases := []profileCase{
 		{"a pod-level profile not allowed is refused", "", func(p *corev1.Pod) {
 			p.Spec.SecurityContext.SeccompProfile = localhost("evil.json")
 		}, `pod: seccomp profile Localhost "evil.json" is not one the host administrator allowed (allowed: profiles/audited.json)`},
@@ -125,27 +157,7 @@ func TestLocalhostSeccompProfiles(t *testing.T) {
 			p.Annotations = map[string]string{corev1.SeccompPodAnnotationKey: "runtime/default"}
 		}, ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			tr := newTranslator(t, func(c *Config) {
-				c.PodSecurityLevel = tc.level
-				c.SeccompLocalhostProfiles = []string{"profiles/audited.json"}
-			})
-			p := plainPod()
-			tc.mutate(p)
-			host, err := tr.HostPod(p)
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			var ue *UnsupportedError
-			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got host pod %v, err %v; want *UnsupportedError mentioning %q", host != nil, err, tc.want)
-			}
-		})
-	}
+	runProfileCases(t, cases, func(c *Config) { c.SeccompLocalhostProfiles = []string{"profiles/audited.json"} })
 	t.Run("none is allowed by default", func(t *testing.T) {
 		p := plainPod()
 		p.Spec.SecurityContext.SeccompProfile = localhost("profiles/audited.json")
@@ -164,12 +176,7 @@ func TestLocalhostAppArmorProfiles(t *testing.T) {
 	localhost := func(name string) *corev1.AppArmorProfile {
 		return &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To(name)}
 	}
-	cases := []struct {
-		name   string
-		level  string
-		mutate func(*corev1.Pod)
-		want   string // empty: allowed
-	}{
+	cases := []profileCase{
 		{"a pod-level profile not allowed is refused", "", func(p *corev1.Pod) {
 			p.Spec.SecurityContext.AppArmorProfile = localhost("cri-containerd.apparmor.d")
 		}, `pod: AppArmor profile Localhost "cri-containerd.apparmor.d" is not one the host administrator allowed (allowed: k3k-audited)`},
@@ -204,27 +211,7 @@ func TestLocalhostAppArmorProfiles(t *testing.T) {
 			p.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "app": "runtime/default"}
 		}, ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			tr := newTranslator(t, func(c *Config) {
-				c.PodSecurityLevel = tc.level
-				c.AppArmorLocalhostProfiles = []string{"k3k-audited"}
-			})
-			p := plainPod()
-			tc.mutate(p)
-			host, err := tr.HostPod(p)
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			var ue *UnsupportedError
-			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got host pod %v, err %v; want *UnsupportedError mentioning %q", host != nil, err, tc.want)
-			}
-		})
-	}
+	runProfileCases(t, cases, func(c *Config) { c.AppArmorLocalhostProfiles = []string{"k3k-audited"} })
 	t.Run("none is allowed by default", func(t *testing.T) {
 		p := plainPod()
 		p.Spec.SecurityContext.AppArmorProfile = localhost("k3k-audited")
