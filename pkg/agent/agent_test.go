@@ -741,3 +741,48 @@ func TestAgentFollowsCredentialChange(t *testing.T) {
 	runVirtual(t, boundPod(ns, "app"))
 	eventually(t, "agent ready with the new credentials", theAgent.Ready)
 }
+
+// TestAgentCarriesWhatVariablesReadToTheHostPod: a variable read from an
+// annotation points at the host pod's annotation that carries it, and a
+// change of the virtual annotation reaches that host annotation, from which
+// the host kubelet resolves the variable when the container next starts.
+func TestAgentCarriesWhatVariablesReadToTheHostPod(t *testing.T) {
+	c := ctx(t)
+	const ns = "fieldenv"
+	virtualNamespace(t, ns)
+	createVirtual(t, boundPod(ns, "sub", func(p *corev1.Pod) {
+		p.Annotations = map[string]string{"mysubpath": "mypath/.."}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "SUB", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['mysubpath']"}}}}
+	}))
+	hp := waitHostPod(t, ns, "sub")
+	var key string
+	for _, e := range hp.Spec.Containers[0].Env {
+		if e.Name == "SUB" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			key, _ = strings.CutPrefix(e.ValueFrom.FieldRef.FieldPath, "metadata.annotations['")
+			key, _ = strings.CutSuffix(key, "']")
+		}
+	}
+	if !strings.HasPrefix(key, "k3k.io/field-") || hp.Annotations[key] != "mypath/.." {
+		t.Fatalf("SUB reads host annotation %q = %q, want a k3k.io/field- annotation carrying mypath/..", key, hp.Annotations[key])
+	}
+	if _, ok := hp.Annotations["mysubpath"]; ok {
+		t.Error("the tenant's annotation itself reached the host pod")
+	}
+	eventually(t, "the annotation changed in the virtual cluster", func() error {
+		p, err := virtAdmin.CoreV1().Pods(ns).Get(c, "sub", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Annotations["mysubpath"] = "mypath/foo"
+		_, err = virtAdmin.CoreV1().Pods(ns).Update(c, p, metav1.UpdateOptions{})
+		return err
+	})
+	eventually(t, "the host annotation follows", func() error {
+		p, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hp.Name, metav1.GetOptions{})
+		if err == nil && p.Annotations[key] != "mypath/foo" {
+			err = fmt.Errorf("host annotation %q = %q", key, p.Annotations[key])
+		}
+		return err
+	})
+}

@@ -323,8 +323,9 @@ func (r *run) unadmit(vpod *corev1.Pod) {
 	delete(r.admitted, vpod.Namespace+"/"+vpod.Name)
 }
 
-// patchSpec carries the in-place changes of the virtual pod's spec to the
-// host pod: images (unless refused) and a set or shortened active deadline.
+// patchSpec carries the in-place changes of the virtual pod to the host
+// pod: images (unless refused), a set or shortened active deadline, and the
+// labels and annotations its variables read (translate.FieldAnnotations).
 func (r *run) patchSpec(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	if hpod.DeletionTimestamp != nil {
 		r.imageRefusals.Delete(vpod.Namespace + "/" + vpod.Name)
@@ -332,10 +333,17 @@ func (r *run) patchSpec(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	}
 	deadline := translate.ActiveDeadlinePatch(vpod, hpod)
 	diff := r.allowedImagePatch(ctx, vpod, hpod)
-	if len(diff) == 0 && deadline == nil {
+	fields := translate.FieldAnnotationsPatch(vpod, hpod)
+	if len(diff) == 0 && deadline == nil && len(fields) == 0 {
 		return nil
 	}
 	p := hpod.DeepCopy()
+	for k, v := range fields {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[k] = v
+	}
 	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range list {
 			if img, ok := diff[list[i].Name]; ok {
@@ -347,7 +355,7 @@ func (r *run) patchSpec(ctx context.Context, vpod, hpod *corev1.Pod) error {
 		p.Spec.ActiveDeadlineSeconds = deadline
 	}
 	if _, err := r.cfg.Host.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating the host pod's images or deadline: %w", err)
+		return fmt.Errorf("updating the host pod's images, deadline or field annotations: %w", err)
 	}
 	return nil
 }

@@ -110,6 +110,9 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 
 	meta := t.hostMeta(KindPod, ns, vpod.Name, string(vpod.UID))
 	meta.OwnerReferences = append(meta.OwnerReferences, t.cfg.OwnerReferences...)
+	for k, v := range FieldAnnotations(vpod) {
+		meta.Annotations[k] = v
+	}
 	host := &corev1.Pod{ObjectMeta: meta, Spec: spec}
 	if reasons := t.pss.Check(&host.ObjectMeta, &host.Spec); len(reasons) > 0 {
 		return nil, &UnsupportedError{Reasons: reasons}
@@ -453,6 +456,11 @@ func (t *Translator) rewriteEnv(c *corev1.Container, vpod *corev1.Pod, rename fu
 			vf.ConfigMapKeyRef.Name = rename(KindConfigMap, vf.ConfigMapKeyRef.Name)
 		case vf.SecretKeyRef != nil:
 			vf.SecretKeyRef.Name = rename(KindSecret, vf.SecretKeyRef.Name)
+		case vf.FieldRef != nil && labelOrAnnotation(vf.FieldRef.FieldPath):
+			// Read from the host pod's annotation that carries it
+			// (fieldenv.go), so a change reaches the next start.
+			vf.FieldRef = &corev1.ObjectFieldSelector{APIVersion: vf.FieldRef.APIVersion,
+				FieldPath: "metadata.annotations['" + fieldAnnotation(vf.FieldRef.FieldPath) + "']"}
 		case vf.FieldRef != nil && !strings.HasPrefix(vf.FieldRef.FieldPath, "status."):
 			v, err := t.FieldValue(vpod, vf.FieldRef.FieldPath)
 			if err != nil {

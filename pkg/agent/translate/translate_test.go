@@ -209,6 +209,8 @@ func TestHostPod(t *testing.T) {
 		Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: "c1", LabelVirtualNamespace: "shop"},
 		Annotations: map[string]string{
 			AnnotationKind: "pod", AnnotationNamespace: "shop", AnnotationName: "web-0", AnnotationUID: "uid-1",
+			// The label APP reads, carried for the host kubelet (fieldenv.go).
+			fieldAnnotation("metadata.labels['app']"): "web",
 		},
 		OwnerReferences: []metav1.OwnerReference{owner},
 	}
@@ -261,7 +263,7 @@ func TestHostPod(t *testing.T) {
 		{Name: "MODE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name(KindConfigMap, "web-config")}, Key: "mode"}}},
 		{Name: "POD_NAME", Value: "web-0"},
 		{Name: "POD_NAMESPACE", Value: "shop"},
-		{Name: "APP", Value: "web"},
+		{Name: "APP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + fieldAnnotation("metadata.labels['app']") + "']"}}},
 		{Name: "NODE", Value: "k3k-c1-kubelet"},
 		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 	}
@@ -600,5 +602,41 @@ func TestStartedContainers(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestFieldAnnotations: the labels and annotations a pod's variables read
+// are carried in host annotations of their own, the values kept current; a
+// missing one is carried empty, as a kubelet resolves it.
+func TestFieldAnnotations(t *testing.T) {
+	ref := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	vpod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"mysubpath": "mypath/foo"}},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "init", Env: []corev1.EnvVar{{Name: "GONE", ValueFrom: ref("metadata.annotations['gone']")}}}},
+			Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{
+				{Name: "APP", ValueFrom: ref("metadata.labels['app']")},
+				{Name: "SUB", ValueFrom: ref("metadata.annotations['mysubpath']")},
+				{Name: "NAME", ValueFrom: ref("metadata.name")},
+			}}},
+		},
+	}
+	want := map[string]string{
+		fieldAnnotation("metadata.labels['app']"):            "web",
+		fieldAnnotation("metadata.annotations['mysubpath']"): "mypath/foo",
+		fieldAnnotation("metadata.annotations['gone']"):      "",
+	}
+	if diff := cmp.Diff(want, FieldAnnotations(vpod)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: want}}
+	if p := FieldAnnotationsPatch(vpod, host); p != nil {
+		t.Errorf("patch %v for a host pod that carries them all", p)
+	}
+	vpod.Annotations["mysubpath"] = "mypath/bar"
+	if diff := cmp.Diff(map[string]string{fieldAnnotation("metadata.annotations['mysubpath']"): "mypath/bar"}, FieldAnnotationsPatch(vpod, host)); diff != "" {
+		t.Errorf("patch after a change (-want +got):\n%s", diff)
 	}
 }
