@@ -48,7 +48,7 @@ die() { printf 'conformance: %s\n' "$*" >&2; exit 1; }
 # stamp: what the binaries are built from (the module and its source), so a
 # change of either rebuilds them and nothing else does.
 stamp() {
-  cat "$MOD/go.mod" "$MOD/go.sum" "$MOD"/*.go | sha256sum | cut -c1-16
+  cat "$MOD/go.mod" "$MOD/go.sum" "$MOD"/*.go "$MOD"/sh/*.go | sha256sum | cut -c1-16
 }
 
 # build_binaries: e2e.test (go test -c; vet off, it took minutes and checks
@@ -67,7 +67,7 @@ build_binaries() {
     export CGO_ENABLED=0
     go test -c -vet=off -trimpath -ldflags='-s -w' -o "$TOOLS/e2e.test" .
     go build -trimpath -ldflags='-s -w' -o "$TOOLS/" github.com/onsi/ginkgo/v2/ginkgo \
-      k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs k8s.io/sample-apiserver
+      k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs k8s.io/sample-apiserver ./sh
   )
   echo "$want" >"$TOOLS/.stamp"
 }
@@ -85,10 +85,11 @@ with_libs() {
   done | sort -u
 }
 
-# busybox_entries: busybox-static and a link for each applet, but bash for
-# sh: Debian's busybox 1.35 ash drops environment variables whose names are
-# not identifiers (data-1) before it runs a command, which the suite checks
-# through `sh -c env` (the upstream image's busybox keeps them).
+# busybox_entries: busybox-static and a link for each applet; /bin/sh is
+# hack/tools/conformance/sh, which runs busybox's ash, or bash when the
+# environment holds a name that is no identifier (data-1): Debian's busybox
+# 1.35 ash drops those, which upstream's image keeps and the suite checks
+# through `sh -c env`, while other tests expect ash's own messages.
 busybox_entries() {
   local applet
   {
@@ -96,7 +97,7 @@ busybox_entries() {
     for applet in $(/bin/busybox --list); do
       case $applet in busybox | sh) ;; *) echo "/bin/$applet@busybox" ;; esac
     done
-    echo "/bin/sh@bash"
+    echo "/bin/sh=$TOOLS/sh"
     with_libs /bin/bash
   } | sort -u
 }
