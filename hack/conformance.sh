@@ -61,7 +61,7 @@ build_binaries() {
     return 0
   fi
   mkdir -p "$TOOLS"
-  say "building e2e.test, ginkgo, agnhost, nonewprivs and sample-apiserver into $TOOLS (~15 min cold on 2 cores)"
+  say "building e2e.test, ginkgo, agnhost, nonewprivs and sample-apiserver into $TOOLS (~7 min cold on 2 cores)"
   (
     cd "$MOD"
     export CGO_ENABLED=0

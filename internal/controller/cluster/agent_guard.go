@@ -399,7 +399,8 @@ func agentDefaultsValidations(d PodDefaultsCEL) []admissionregistrationv1.Valida
 			// writes one.
 			Expression: "!variables.pod || oldObject != null || (" + profilesOK("appArmorProfile", d.AppArmorLocalhostProfiles) + " && " +
 				"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, !k.startsWith('container.apparmor.security.beta.kubernetes.io/') || " +
-				"!object.metadata.annotations[k].startsWith('localhost/') || object.metadata.annotations[k].substring(10) in " + d.AppArmorLocalhostProfiles + ")))",
+				"!object.metadata.annotations[k].startsWith('" + corev1.DeprecatedAppArmorBetaProfileNamePrefix + "') || " +
+				"object.metadata.annotations[k].substring(" + strconv.Itoa(len(corev1.DeprecatedAppArmorBetaProfileNamePrefix)) + ") in " + d.AppArmorLocalhostProfiles + ")))",
 			Message: "a pod made by a k3k agent may name only the Localhost AppArmor profiles the host administrator allowed",
 			Reason:  forbidden,
 		},

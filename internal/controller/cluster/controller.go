@@ -408,7 +408,7 @@ func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, o *
 // (userNamespacesCondition), reading the Nodes only for auto.
 func (r *Reconciler) userNamespaces(ctx context.Context) (condResult, error) {
 	var nodes []corev1.Node
-	if r.Config.Agent.UserNamespaces == UserNamespacesAuto {
+	if r.Config.readsNodes() {
 		list := &corev1.NodeList{}
 		if err := r.Client.List(ctx, list); err != nil {
 			return condResult{}, fmt.Errorf("reading the Nodes, whose runtimes tell whether workloads can run in user namespaces (sharedAgent.userNamespaces auto): %w", err)
@@ -623,7 +623,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster))
 	// Nodes only where they decide something: the chart grants reading
 	// them only for auto.
-	if r.Config.AgentImage != "" && r.Config.Agent.UserNamespaces == UserNamespacesAuto {
+	if r.Config.readsNodes() {
 		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.everyClusterForNode), builder.WithPredicates(nodeChanged))
 	}
 	return b.Complete(r)

@@ -142,6 +142,13 @@ func trimNode(obj any) (any, error) {
 	}, nil
 }
 
+// readsNodes says whether the controller reads Nodes: only to decide user
+// namespaces with auto, and only when it deploys agents (the chart grants
+// reading Nodes only then).
+func (c Config) readsNodes() bool {
+	return c.AgentImage != "" && c.Agent.UserNamespaces == UserNamespacesAuto
+}
+
 // CheckUserNamespacesAccess says, before the manager starts, whether the
 // controller may read what auto decides from: it lists and watches Nodes.
 // Without that right the Node informer never syncs and the manager stops
@@ -149,7 +156,7 @@ func trimNode(obj any) (any, error) {
 // synced for Kind *v1.Node"; this names the right and the two ways out.
 // Nothing to check unless agents are configured and the mode is auto.
 func CheckUserNamespacesAccess(ctx context.Context, c client.Client, cfg Config) error {
-	if cfg.AgentImage == "" || cfg.Agent.UserNamespaces != UserNamespacesAuto {
+	if !cfg.readsNodes() {
 		return nil
 	}
 	var denied []string

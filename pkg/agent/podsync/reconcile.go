@@ -78,7 +78,7 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	// Said once the status that shows them is written, so a failed write
 	// does not say them twice.
 	for _, name := range translate.StartedContainers(vpod.Status, status) {
-		r.normalEvent(ctx, vpod, "Started", "Started container "+name)
+		r.record(ctx, vpod, corev1.EventTypeNormal, "Started", "Started container "+name)
 	}
 	return false, nil
 }
@@ -256,25 +256,19 @@ func (r *run) refuse(ctx context.Context, vpod *corev1.Pod, reason, message stri
 // event records a Warning Event on vpod in the virtual cluster, as a kubelet
 // does; failing to record one is logged, not retried.
 func (r *run) event(ctx context.Context, vpod *corev1.Pod, reason, message string) {
-	syncloop.Warning{
-		Object: corev1.ObjectReference{
-			APIVersion: "v1", Kind: "Pod", Namespace: vpod.Namespace, Name: vpod.Name, UID: vpod.UID, ResourceVersion: vpod.ResourceVersion,
-		},
-		Component: "kubelet", Node: r.tr.Config().NodeName,
-		Reason: reason, Message: message, At: r.cfg.Now(),
-	}.Record(ctx, r.virtual)
+	r.record(ctx, vpod, corev1.EventTypeWarning, reason, message)
 }
 
-// normalEvent reports on vpod, as its kubelet would, what went as it should
-// (a container started), which clients wait for (kubectl, the conformance
-// suite's "Started" event).
-func (r *run) normalEvent(ctx context.Context, vpod *corev1.Pod, reason, message string) {
+// record records an Event of type typ on vpod from component kubelet: the
+// agent's refusals (Warning) and what clients wait for (Normal: a container
+// started, which kubectl and the conformance suite look for).
+func (r *run) record(ctx context.Context, vpod *corev1.Pod, typ, reason, message string) {
 	syncloop.Warning{
 		Object: corev1.ObjectReference{
 			APIVersion: "v1", Kind: "Pod", Namespace: vpod.Namespace, Name: vpod.Name, UID: vpod.UID, ResourceVersion: vpod.ResourceVersion,
 		},
 		Component: "kubelet", Node: r.tr.Config().NodeName,
-		Reason: reason, Message: message, At: r.cfg.Now(), Type: corev1.EventTypeNormal,
+		Reason: reason, Message: message, At: r.cfg.Now(), Type: typ,
 	}.Record(ctx, r.virtual)
 }
 

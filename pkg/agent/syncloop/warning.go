@@ -14,7 +14,8 @@ import (
 
 // Warning is a Warning Event a syncer records on a virtual object, the
 // tenant's only view of what the host refused: `kubectl describe` and
-// `kubectl get events` in the virtual cluster show it.
+// `kubectl get events` in the virtual cluster show it. With Type Normal it
+// records what went as it should, as a kubelet does (a container started).
 type Warning struct {
 	// Object is the virtual object (APIVersion, Kind, Namespace, Name, UID,
 	// ResourceVersion).

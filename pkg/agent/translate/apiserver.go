@@ -45,25 +45,14 @@ func (t *Translator) pointAtVirtualAPI(spec *corev1.PodSpec) {
 	if port == 0 {
 		port = 443
 	}
-	forEachContainer(spec, func(c *corev1.Container) {
-		set := map[string]bool{}
-		for _, e := range c.Env {
-			set[e.Name] = true
-		}
-		// Prepended, so that the container's own variables can refer to them
-		// with $(KUBERNETES_SERVICE_HOST).
-		var add []corev1.EnvVar
-		for _, e := range []corev1.EnvVar{
-			{Name: EnvServiceHost, Value: a.Host},
-			{Name: EnvServicePort, Value: strconv.Itoa(int(port))},
-			{Name: EnvServicePortHTTPS, Value: strconv.Itoa(int(port))},
-		} {
-			if !set[e.Name] {
-				add = append(add, e)
-			}
-		}
-		c.Env = append(add, c.Env...)
-	})
+	// Prepended, so that the container's own variables can refer to them
+	// with $(KUBERNETES_SERVICE_HOST).
+	env := []corev1.EnvVar{
+		{Name: EnvServiceHost, Value: a.Host},
+		{Name: EnvServicePort, Value: strconv.Itoa(int(port))},
+		{Name: EnvServicePortHTTPS, Value: strconv.Itoa(int(port))},
+	}
+	forEachContainer(spec, func(c *corev1.Container) { prependEnv(c, env) })
 	if a.IP != "" && net.ParseIP(a.Host) == nil {
 		spec.HostAliases = append(spec.HostAliases, corev1.HostAlias{IP: a.IP, Hostnames: []string{a.Host}})
 	}

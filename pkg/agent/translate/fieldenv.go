@@ -30,9 +30,8 @@ func fieldAnnotation(path string) string {
 
 // labelOrAnnotation says whether field path reads one label or annotation.
 func labelOrAnnotation(path string) bool {
-	_, label := subscript(path, "metadata.labels")
-	_, annotation := subscript(path, "metadata.annotations")
-	return label || annotation
+	_, ok := labelOrAnnotationValue(&corev1.Pod{}, path)
+	return ok
 }
 
 // FieldAnnotations are the host pod annotations that carry the labels and
@@ -43,17 +42,13 @@ func FieldAnnotations(vpod *corev1.Pod) map[string]string {
 	out := map[string]string{}
 	forEachContainer(&vpod.Spec, func(c *corev1.Container) {
 		for _, e := range c.Env {
-			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || !labelOrAnnotation(e.ValueFrom.FieldRef.FieldPath) {
+			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
 				continue
 			}
 			path := e.ValueFrom.FieldRef.FieldPath
-			var v string
-			if key, ok := subscript(path, "metadata.labels"); ok {
-				v = vpod.Labels[key]
-			} else if key, ok := subscript(path, "metadata.annotations"); ok {
-				v = vpod.Annotations[key]
+			if v, ok := labelOrAnnotationValue(vpod, path); ok {
+				out[fieldAnnotation(path)] = v
 			}
-			out[fieldAnnotation(path)] = v
 		}
 	})
 	return out

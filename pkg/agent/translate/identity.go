@@ -103,12 +103,23 @@ func (t *Translator) FieldValue(pod *corev1.Pod, path string) (string, error) {
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
 	}
-	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
-		if key, ok := subscript(path, prefix); ok {
-			return m[key], nil
-		}
+	if v, ok := labelOrAnnotationValue(pod, path); ok {
+		return v, nil
 	}
 	return "", fmt.Errorf("field path %q is not supported", path)
+}
+
+// labelOrAnnotationValue resolves a path that reads one label or annotation
+// (metadata.labels['k'], metadata.annotations['k']): "" for a key the pod
+// does not have, as a kubelet gives. ok is false for any other path.
+func labelOrAnnotationValue(pod *corev1.Pod, path string) (value string, ok bool) {
+	if key, ok := subscript(path, "metadata.labels"); ok {
+		return pod.Labels[key], true
+	}
+	if key, ok := subscript(path, "metadata.annotations"); ok {
+		return pod.Annotations[key], true
+	}
+	return "", false
 }
 
 // subscript parses "prefix['key']".

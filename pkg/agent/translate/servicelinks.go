@@ -70,19 +70,24 @@ func AddServiceLinks(hpod *corev1.Pod, links []ServiceLink) {
 	if len(env) == 0 {
 		return
 	}
-	forEachContainer(&hpod.Spec, func(c *corev1.Container) {
-		own := map[string]bool{}
-		for _, e := range c.Env {
-			own[e.Name] = true
+	forEachContainer(&hpod.Spec, func(c *corev1.Container) { prependEnv(c, env) })
+}
+
+// prependEnv puts env before c's own variables, leaving out those c sets
+// itself: a container's own value wins, as on a kubelet, and its own
+// variables can refer to the ones given with $(NAME).
+func prependEnv(c *corev1.Container, env []corev1.EnvVar) {
+	own := map[string]bool{}
+	for _, e := range c.Env {
+		own[e.Name] = true
+	}
+	var add []corev1.EnvVar
+	for _, e := range env {
+		if !own[e.Name] {
+			add = append(add, e)
 		}
-		var add []corev1.EnvVar
-		for _, e := range env {
-			if !own[e.Name] {
-				add = append(add, e)
-			}
-		}
-		c.Env = append(add, c.Env...)
-	})
+	}
+	c.Env = append(add, c.Env...)
 }
 
 // ServiceLinksEnabled says whether vpod asks for its namespace's Service
