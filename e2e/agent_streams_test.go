@@ -200,6 +200,32 @@ func testStreamsAndDNS(t *testing.T, v *vcluster, ns, web, client string, hostSv
 			return true, nil
 		})
 	})
+	t.Run("a pod connects to the ClusterIP the virtual API shows", func(t *testing.T) {
+		// A new Cluster takes the host's Service network, so the address
+		// the virtual API server allocated is the host copy's too: a client
+		// that reads it from the Service (kubectl get svc, a config file)
+		// reaches the workload, not only one that resolves the name.
+		vs, err := v.client.CoreV1().Services(ns).Get(context.Background(), "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vs.Spec.ClusterIP != hostSvc.Spec.ClusterIP {
+			t.Fatalf("virtual ClusterIP %s, host copy's %s: want one address", vs.Spec.ClusterIP, hostSvc.Spec.ClusterIP)
+		}
+		// nc, not busybox's static wget, which crashes in getaddrinfo.
+		get := fmt.Sprintf(`printf 'GET /healthz HTTP/1.0\r\n\r\n' | nc -w 5 %s 80`, vs.Spec.ClusterIP)
+		var o string
+		eventually(t, time.Minute, "GET /healthz from "+vs.Spec.ClusterIP+":80", func(ctx context.Context) (bool, error) {
+			var e string
+			var err error
+			o, e, err = execIn(ctx, rc, ns, client, "sh", "", "sh", "-c", get)
+			if err != nil || !strings.HasPrefix(o, "HTTP/1.") || !strings.Contains(o, " 200 ") {
+				return false, fmt.Errorf("%s: %v: %q %q", get, err, o, e)
+			}
+			return true, nil
+		})
+		t.Logf("GET /healthz from pod %s at %s:80: %q", client, vs.Spec.ClusterIP, strings.SplitN(o, "\r\n", 2)[0])
+	})
 	t.Run("the agent guard keeps kubectl exec off the server pod", func(t *testing.T) {
 		// The agent's own host identity may not exec into the server pod even
 		// though its Role allows pods/exec: impersonate it on the host.

@@ -145,7 +145,12 @@ type ClusterSpec struct {
 	// +optional
 	ClusterCIDR string `json:"clusterCIDR,omitempty"`
 
-	// ServiceCIDR is the virtual cluster's Service network. Immutable.
+	// ServiceCIDR is the virtual cluster's Service network. Immutable. When
+	// empty, a shared-mode Cluster created by this controller gets the host's
+	// Service network (the controller's --host-service-cidr, or the host's
+	// ServiceCIDR "kubernetes"), so that a virtual Service's ClusterIP is its
+	// host copy's and routes on the host; otherwise k3s's 10.43.0.0/16. The
+	// network chosen is recorded in status.serviceCIDR and kept.
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="serviceCIDR must be a CIDR such as 10.43.0.0/16"
 	// +optional
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
@@ -701,6 +706,13 @@ type ClusterStatus struct {
 	// PersistenceType is the persistence in effect (spec or controller default).
 	// +optional
 	PersistenceType PersistenceType `json:"persistenceType,omitempty"`
+
+	// ServiceCIDR is the Service network the servers run with: spec.serviceCIDR,
+	// or the one chosen when the Cluster was first reconciled (see
+	// spec.serviceCIDR), kept from then on so that a changed host or
+	// controller never moves an existing cluster's Services.
+	// +optional
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 
 	// Datastore describes the datastore in effect.
 	// +optional

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -153,6 +155,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.BoolVar(&o.agent.alwaysPullImages, "agent-always-pull-images", true, "agents give every workload container the pull policy Always, so a node checks the pod's own credentials before running a cached image; false passes --always-pull-images=false to every agent (hosts whose images are loaded into the nodes)")
 	fs.StringVar(&o.agent.userNamespaces, "agent-user-namespaces", "auto", "whether agents run workloads in user namespaces (hostUsers: false): auto, for each Cluster while every node its workloads may run on reports runtime support (reads Nodes); true, always; false, never")
 	fs.BoolVar(&o.cfg.Agent.AllowRegistryAddresses, "agent-allow-registry-addresses", false, "let workload images name their registry by IP, localhost or a one-label name (passes --allow-registry-addresses to every agent); refused by default")
+	fs.StringVar(&o.cfg.HostServiceCIDR, "host-service-cidr", "", "the host's Service network (an IPv4 CIDR), which new Clusters without spec.serviceCIDR take so that their ClusterIPs route on the host; empty: read from the host's ServiceCIDR \""+cluster.DefaultServiceCIDRName+"\" (needs get on servicecidrs.networking.k8s.io), else k3s's "+cluster.K3sDefaultServiceCIDR)
 	fs.StringVar(&o.cfg.Agent.HostClusterDomain, "host-cluster-domain", cluster.DefaultHostClusterDomain, "the host cluster's DNS domain; passed to agents when not "+cluster.DefaultHostClusterDomain)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -171,6 +174,13 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	}
 	if err := o.agent.apply(&o.cfg.Agent); err != nil {
 		return nil, err
+	}
+	if o.cfg.HostServiceCIDR != "" {
+		cidr, err := cluster.ParseHostServiceCIDR(o.cfg.HostServiceCIDR)
+		if err != nil {
+			return nil, fmt.Errorf("--host-service-cidr %w", err)
+		}
+		o.cfg.HostServiceCIDR = cidr
 	}
 	switch corev1.PullPolicy(o.pullPolicy) {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -288,6 +298,24 @@ func managerOptions(o *options, scheme *runtime.Scheme) ctrl.Options {
 	}
 }
 
+// lookupHostServiceCIDR reads the host's Service network into cfg unless
+// --host-service-cidr named it.
+func lookupHostServiceCIDR(ctx context.Context, r client.Reader, cfg *cluster.Config) error {
+	if cfg.HostServiceCIDR != "" {
+		return nil
+	}
+	cidr, found, err := cluster.LookupHostServiceCIDR(ctx, r)
+	if err != nil {
+		return fmt.Errorf("%w; grant get on servicecidrs.networking.k8s.io %q (the chart does), or name the network with --host-service-cidr", err, cluster.DefaultServiceCIDRName)
+	}
+	if !found {
+		ctrl.Log.Info("the host's Service network is unknown (no IPv4 ServiceCIDR " + cluster.DefaultServiceCIDRName + "): new Clusters without spec.serviceCIDR get k3s's " + cluster.K3sDefaultServiceCIDR + ", and their ClusterIPs route on the host only where they happen to be free there; set --host-service-cidr")
+		return nil
+	}
+	cfg.HostServiceCIDR = cidr
+	return nil
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
@@ -324,6 +352,13 @@ func run(o *options) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := cluster.CheckUserNamespacesAccess(ctx, mgr.GetClient(), o.cfg); err != nil {
+		return err
+	}
+	if err := lookupHostServiceCIDR(ctx, mgr.GetAPIReader(), &o.cfg); err != nil {
+		return err
+	}
 	r := &cluster.Reconciler{
 		Client:             mgr.GetClient(),
 		APIReader:          mgr.GetAPIReader(),
@@ -331,10 +366,6 @@ func run(o *options) error {
 		ValidateKubeconfig: kubeconfig.Validate,
 		Recorder:           mgr.GetEventRecorder("k3k-cluster"),
 		Workers:            o.workers,
-	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := cluster.CheckUserNamespacesAccess(ctx, mgr.GetClient(), o.cfg); err != nil {
-		return err
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the cluster controller: %w", err)
@@ -345,6 +376,6 @@ func run(o *options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.Info("starting k3k controller", "watchNamespaces", o.watchNamespaces, "defaultDatastore", o.cfg.DefaultDatastore, "defaultPersistence", o.cfg.DefaultPersistence)
+	ctrl.Log.Info("starting k3k controller", "watchNamespaces", o.watchNamespaces, "defaultDatastore", o.cfg.DefaultDatastore, "defaultPersistence", o.cfg.DefaultPersistence, "hostServiceCIDR", o.cfg.HostServiceCIDR)
 	return mgr.Start(ctx)
 }

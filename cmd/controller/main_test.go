@@ -98,6 +98,14 @@ func TestParseFlags(t *testing.T) {
 		},
 		{name: "an agent default request that is no quantity is refused", args: []string{"--agent-default-requests=cpu=lots"}, wantErr: `--agent-default-requests: "cpu=lots"`},
 		{name: "a negative agent default limit is refused", args: []string{"--agent-default-limits=memory=-1Gi"}, wantErr: `--agent-default-limits: "memory=-1Gi": negative`},
+		{name: "a host Service network is normalised", args: []string{"--host-service-cidr=10.96.0.0/12"},
+			check: func(t *testing.T, o *options) {
+				if o.cfg.HostServiceCIDR != "10.96.0.0/12" {
+					t.Fatalf("host Service network %q", o.cfg.HostServiceCIDR)
+				}
+			}},
+		{name: "a host Service network with host bits is refused", args: []string{"--host-service-cidr=10.96.0.1/12"}, wantErr: `--host-service-cidr "10.96.0.1/12": want an IPv4 network`},
+		{name: "an IPv6 host Service network is refused", args: []string{"--host-service-cidr=fd00::/108"}, wantErr: `--host-service-cidr "fd00::/108": want an IPv4 network`},
 		{name: "a host cluster domain that is no DNS name is refused", args: []string{"--host-cluster-domain=Cluster Local"}, wantErr: `--host-cluster-domain "Cluster Local"`},
 		{name: "an empty host cluster domain is refused", args: []string{"--host-cluster-domain="}, wantErr: `--host-cluster-domain ""`},
 		{

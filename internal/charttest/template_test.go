@@ -71,9 +71,10 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--default-limit-request=", "--default-limit=", "--default-limit-max=",
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
 				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-apparmor-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",
-				"--host-cluster-domain=cluster.local", "--agent-always-pull-images=true", "--agent-allow-registry-addresses=false",
+				"--host-cluster-domain=cluster.local", "--host-service-cidr=", "--agent-always-pull-images=true", "--agent-allow-registry-addresses=false",
 				"--zap-log-level=info")
 			hostAPIRole(t, objs)
+			serviceCIDRRole(t, objs)
 			if len(c.Env) != 0 {
 				t.Errorf("controller env %v without extraEnv, want none", c.Env)
 			}
@@ -120,12 +121,14 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			wantArgs(t, d, "--watch-namespaces=team-a,team-b")
 			// Only the agent's and the backup Jobs' ClusterRoles, which grant
 			// nothing until the controller binds them in a watched namespace,
-			// and reading Nodes (userNamespaces auto, the default), which are
+			// reading Nodes (userNamespaces auto, the default) and the host's
+			// default ServiceCIDR (hostServiceCIDR empty), which are
 			// cluster-wide.
-			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 4 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil ||
+			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 6 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil ||
 				find(objs, "ClusterRole", "", release+"-nodes") == nil || find(objs, "ClusterRoleBinding", "", release+"-nodes") == nil {
-				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s, %s and %s-nodes (bound)", n, agentRole, backupExecRole, release)
+				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s, %s, %s-nodes and %s-service-cidr (bound)", n, agentRole, backupExecRole, release, release)
 			}
+			serviceCIDRRole(t, objs)
 			var nodes rbacv1.ClusterRole
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(objs, "ClusterRole", "", release+"-nodes").Object, &nodes); err != nil {
 				t.Fatal(err)
@@ -147,10 +150,12 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json", "--agent-apparmor-localhost-profiles=k3k-audited,tenant-web",
 				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal",
-				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false")
-			// Nodes are read only to decide user namespaces (auto).
-			if n := kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", release+"-nodes") != nil {
-				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v: want only the controller's own binding with userNamespaces false", n, find(objs, "ClusterRole", "", release+"-nodes") != nil)
+				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false", "--host-service-cidr=10.96.0.0/12")
+			// Nodes are read only to decide user namespaces (auto), the
+			// ServiceCIDR only when hostServiceCIDR does not name the network.
+			if n := kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", release+"-nodes") != nil || find(objs, "ClusterRole", "", release+"-service-cidr") != nil {
+				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v, the service-cidr one %v: want only the controller's own binding with userNamespaces false and hostServiceCIDR set",
+					n, find(objs, "ClusterRole", "", release+"-nodes") != nil, find(objs, "ClusterRole", "", release+"-service-cidr") != nil)
 			}
 		},
 	}, {
@@ -242,6 +247,24 @@ func hostAPIRole(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	if b.RoleRef.Name != r.Name || len(b.Subjects) != 1 || b.Subjects[0].Name != release || b.Subjects[0].Namespace != releaseNS {
 		t.Errorf("RoleBinding %s-host-api binds %+v to %+v, want the Role to the controller's ServiceAccount", release, b.RoleRef, b.Subjects)
+	}
+}
+
+// serviceCIDRRole checks the right to read the host's Service network: get,
+// on the default ServiceCIDR alone, bound to the controller.
+func serviceCIDRRole(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	o := find(objs, "ClusterRole", "", release+"-service-cidr")
+	if o == nil || find(objs, "ClusterRoleBinding", "", release+"-service-cidr") == nil {
+		t.Fatalf("no ClusterRole and binding %s-service-cidr with hostServiceCIDR empty", release)
+	}
+	var role rbacv1.ClusterRole
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, ResourceNames: []string{cluster.DefaultServiceCIDRName}, Verbs: []string{"get"}}}
+	if diff := cmp.Diff(want, role.Rules); diff != "" {
+		t.Errorf("the service-cidr ClusterRole grants more than reading the default ServiceCIDR (-want +got):\n%s", diff)
 	}
 }
 

@@ -170,12 +170,27 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 	if _, err := virtAdmin.CoreV1().Services(ns).Create(c, webService(ns, "api", taken.Spec.ClusterIP, corev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitHostService(t, ns, "api", func(s *corev1.Service) error {
+	api := waitHostService(t, ns, "api", func(s *corev1.Service) error {
 		if s.Spec.ClusterIP == "" || s.Spec.ClusterIP == taken.Spec.ClusterIP {
 			return fmt.Errorf("clusterIP %q", s.Spec.ClusterIP)
 		}
 		return nil
 	})
+	// The tenant is told its ClusterIP does not route, and where its copy
+	// is; once, however often the Service is reconciled.
+	notRouted := func(e corev1.Event) bool {
+		return e.Type == corev1.EventTypeWarning && e.Reason == translate.ReasonClusterIPNotRouted &&
+			strings.Contains(e.Message, "ClusterIP "+taken.Spec.ClusterIP+" does not route") && strings.Contains(e.Message, "gave it "+api.Spec.ClusterIP+";")
+	}
+	eventually(t, "a ClusterIPNotRouted Event on the Service", func() error {
+		if n, err := countVirtualEvents(c, ns, "api", notRouted); err != nil || n != 1 {
+			return fmt.Errorf("%d Events (%v)", n, err)
+		}
+		return nil
+	})
+	if n, err := countVirtualEvents(c, ns, "web", func(e corev1.Event) bool { return e.Reason == translate.ReasonClusterIPNotRouted }); err != nil || n != 0 {
+		t.Errorf("%d ClusterIPNotRouted Events on a Service whose copy has its ClusterIP (%v)", n, err)
+	}
 
 	// Not synced: ExternalName, and the virtual API's own Service.
 	if _, err := virtAdmin.CoreV1().Services(ns).Create(c, &corev1.Service{

@@ -25,12 +25,12 @@ func TestResolve(t *testing.T) {
 		{
 			name: "an empty spec takes every default",
 			spec: v1beta1.ClusterSpec{},
-			want: Settings{Persistence: v1beta1.EphemeralPersistence, Datastore: v1beta1.SQLiteDatastore, StorageClass: ptr.To("fast"), StorageSize: resource.MustParse("2Gi"), ServerImage: "rancher/k3s:v1.34.3-k3s1", Servers: 1},
+			want: Settings{Persistence: v1beta1.EphemeralPersistence, Datastore: v1beta1.SQLiteDatastore, StorageClass: ptr.To("fast"), StorageSize: resource.MustParse("2Gi"), ServerImage: "rancher/k3s:v1.34.3-k3s1", Servers: 1, ServiceCIDR: K3sDefaultServiceCIDR},
 		},
 		{
 			name: "the spec wins over the defaults",
 			spec: v1beta1.ClusterSpec{Servers: 3, Version: "v1.33.1-k3s1", Persistence: v1beta1.PersistenceConfig{Type: v1beta1.DynamicPersistence, StorageClassName: ptr.To(""), StorageRequestSize: "10Gi"}, Datastore: v1beta1.DatastoreConfig{Type: v1beta1.EtcdDatastore}},
-			want: Settings{Persistence: v1beta1.DynamicPersistence, Datastore: v1beta1.EtcdDatastore, StorageClass: ptr.To(""), StorageSize: resource.MustParse("10Gi"), ServerImage: "rancher/k3s:v1.33.1-k3s1", Servers: 3},
+			want: Settings{Persistence: v1beta1.DynamicPersistence, Datastore: v1beta1.EtcdDatastore, StorageClass: ptr.To(""), StorageSize: resource.MustParse("10Gi"), ServerImage: "rancher/k3s:v1.33.1-k3s1", Servers: 3, ServiceCIDR: K3sDefaultServiceCIDR},
 		},
 		{
 			name:    "three servers on the default sqlite cannot be realised",
@@ -68,6 +68,43 @@ func TestResolve(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Fatalf("settings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestServiceNetworkChosenOnceAndKept: a new shared-mode Cluster gets the
+// host's Service network, so its ClusterIPs are free on the host too; what a
+// Cluster runs with is never moved afterwards.
+func TestServiceNetworkChosenOnceAndKept(t *testing.T) {
+	const host = "10.96.0.0/16"
+	withAgent := Config{AgentImage: "k3k/agent:dev", HostServiceCIDR: host}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		spec   v1beta1.ClusterSpec
+		status v1beta1.ClusterStatus
+		want   string
+	}{
+		{"a new cluster takes the host's network", withAgent, v1beta1.ClusterSpec{}, v1beta1.ClusterStatus{}, host},
+		{"the spec wins", withAgent, v1beta1.ClusterSpec{ServiceCIDR: "10.50.0.0/16"}, v1beta1.ClusterStatus{}, "10.50.0.0/16"},
+		{"the recorded network is kept when the host's differs", withAgent, v1beta1.ClusterSpec{}, v1beta1.ClusterStatus{PersistenceType: v1beta1.DynamicPersistence, ServiceCIDR: "10.100.0.0/16"}, "10.100.0.0/16"},
+		{"a cluster reconciled before the field existed keeps k3s's default", withAgent, v1beta1.ClusterSpec{}, v1beta1.ClusterStatus{PersistenceType: v1beta1.DynamicPersistence}, K3sDefaultServiceCIDR},
+		{"a clusterDNS picked for k3s's network keeps it", withAgent, v1beta1.ClusterSpec{ClusterDNS: "10.43.0.10"}, v1beta1.ClusterStatus{}, K3sDefaultServiceCIDR},
+		{"no host network known", Config{AgentImage: "k3k/agent:dev"}, v1beta1.ClusterSpec{}, v1beta1.ClusterStatus{}, K3sDefaultServiceCIDR},
+		{"no agent runs pods on the host", Config{HostServiceCIDR: host}, v1beta1.ClusterSpec{}, v1beta1.ClusterStatus{}, K3sDefaultServiceCIDR},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Resolve(&v1beta1.Cluster{Spec: tc.spec, Status: tc.status}, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.ServiceCIDR != tc.want {
+				t.Fatalf("service network %q, want %q", s.ServiceCIDR, tc.want)
+			}
+			st := observedStatus(&v1beta1.Cluster{Spec: tc.spec, Status: tc.status}, observation{settings: s})
+			if st.ServiceCIDR != tc.want {
+				t.Fatalf("status.serviceCIDR %q, want %q", st.ServiceCIDR, tc.want)
 			}
 		})
 	}

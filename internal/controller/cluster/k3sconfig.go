@@ -105,6 +105,17 @@ type ServerConfigFile struct {
 	Hash string
 }
 
+// fileServiceCIDR is the service-cidr the configuration file names: the one
+// in effect, left out when it is k3s's default and the spec does not name it,
+// so that the file (and its hash) of a Cluster made before the Service network
+// was chosen by the controller stays byte for byte the same.
+func fileServiceCIDR(c *v1beta1.Cluster, s Settings) string {
+	if c.Spec.ServiceCIDR == "" && s.ServiceCIDR == K3sDefaultServiceCIDR {
+		return ""
+	}
+	return s.ServiceCIDR
+}
+
 // ServerConfig renders the k3s configuration file for c's servers and its
 // hash, the one place both come from; a reconcile renders it once and passes
 // it down. User serverArgs are not here: they go on the command line, after
@@ -119,7 +130,7 @@ func ServerConfig(c *v1beta1.Cluster, s Settings) (ServerConfigFile, error) {
 		TokenFile:           layout.TokenPath,
 		HTTPSListenPort:     layout.APIPort,
 		ClusterCIDR:         c.Spec.ClusterCIDR,
-		ServiceCIDR:         c.Spec.ServiceCIDR,
+		ServiceCIDR:         fileServiceCIDR(c, s),
 		ClusterDNS:          c.Spec.ClusterDNS,
 		Disable:             append([]string(nil), disabledComponents...),
 		EgressSelectorMode:  "disabled",

@@ -55,7 +55,17 @@ type Config struct {
 	// Agent holds what every shared-mode agent is started with besides the
 	// Cluster's own choices (the chart's sharedAgent values).
 	Agent AgentDefaults
+	// HostServiceCIDR is the host cluster's Service network (one CIDR). New
+	// shared-mode Clusters that leave spec.serviceCIDR empty get it, so that
+	// the ClusterIP the virtual API server allocates is free on the host too
+	// and the agent's host copy takes the same address: a virtual ClusterIP
+	// then routes. Empty: k3s's own default.
+	HostServiceCIDR string
 }
+
+// K3sDefaultServiceCIDR is the Service network k3s uses when none is named:
+// what every Cluster reconciled before status.serviceCIDR existed runs with.
+const K3sDefaultServiceCIDR = "10.43.0.0/16"
 
 // DefaultHostClusterDomain is the host cluster's DNS domain unless
 // AgentDefaults.HostClusterDomain says otherwise; the agent assumes it too.
@@ -133,6 +143,8 @@ type Settings struct {
 	// MigratedFrom is sqlite for a cluster migrated from sqlite to etcd
 	// (status.datastore.migratedFrom): its pods keep the migration's flag.
 	MigratedFrom v1beta1.DatastoreType
+	// ServiceCIDR is the virtual Service network in effect (serviceCIDR).
+	ServiceCIDR string
 }
 
 // InvalidSpecError is a spec that admission accepted but the controller cannot
@@ -149,6 +161,7 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 		Datastore:    c.Spec.Datastore.Type,
 		StorageClass: c.Spec.Persistence.StorageClassName,
 		Servers:      c.Spec.Servers,
+		ServiceCIDR:  serviceCIDR(c, cfg),
 	}
 	// A type left unset is resolved once, when the Cluster is created, and
 	// recorded in its status; from then on the recorded type holds, so that a
@@ -224,6 +237,27 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 			"servers: %d; the datastore in effect is etcd, which needs an odd number of servers (1, 3, 5 or 7) to keep quorum", s.Servers)}
 	}
 	return s, nil
+}
+
+// serviceCIDR is the virtual Service network: spec.serviceCIDR; else the one
+// recorded in status; else, for a Cluster never reconciled, the host's when
+// its agent runs pods on the host (and spec.clusterDNS, an address picked for
+// k3s's network, is unset); else k3s's default. A Cluster whose status was
+// written before status.serviceCIDR existed has run with k3s's default all
+// along and keeps it: moving an existing cluster's Service network would
+// strand every ClusterIP it has handed out.
+func serviceCIDR(c *v1beta1.Cluster, cfg Config) string {
+	switch {
+	case c.Spec.ServiceCIDR != "":
+		return c.Spec.ServiceCIDR
+	case c.Status.ServiceCIDR != "":
+		return c.Status.ServiceCIDR
+	case c.Status.PersistenceType != "":
+		return K3sDefaultServiceCIDR
+	case cfg.AgentImage != "" && cfg.HostServiceCIDR != "" && c.Spec.ClusterDNS == "":
+		return cfg.HostServiceCIDR
+	}
+	return K3sDefaultServiceCIDR
 }
 
 // etcdQuotaBytes is spec.datastore.etcd.quotaBackendSize in bytes, 0 when it

@@ -123,6 +123,7 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 		Endpoint:           layout.Endpoint(c),
 		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
 		PersistenceType:    o.settings.Persistence,
+		ServiceCIDR:        o.settings.ServiceCIDR,
 		Datastore:          &v1beta1.DatastoreStatus{RecoveryRequest: etcdRecoveryRequest(c, o)},
 	}
 	st.Datastore.Type, st.Datastore.MigratedFrom = recordedDatastore(o)

@@ -57,7 +57,39 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	if err != nil || hsvc == nil {
 		return hsvc == nil, err
 	}
+	r.checkRouted(ctx, vsvc, hsvc)
 	return false, nil
+}
+
+// checkRouted says on the virtual Service, once, when its ClusterIP is not its
+// host copy's: a workload connecting to that address reaches nothing (or, on
+// a host whose Service network is another, whatever the host routes there).
+// Recreating the Service may give it a free address; a Cluster whose
+// spec.serviceCIDR is not the host's network gets this for every Service.
+func (r *run) checkRouted(ctx context.Context, vsvc, hsvc *corev1.Service) {
+	key := vsvc.Namespace + "/" + vsvc.Name
+	virtualIP, hostIP := vsvc.Spec.ClusterIP, hsvc.Spec.ClusterIP
+	if virtualIP == "" || virtualIP == corev1.ClusterIPNone || virtualIP == hostIP {
+		r.unrouted.Forget(key)
+		return
+	}
+	message := fmt.Sprintf("ClusterIP %s does not route: the host could not give this Service's copy that address (taken on the host, or outside the host's Service network) and gave it %s; "+
+		"the Service's DNS name and environment variables lead there. Recreate the Service to get another address", virtualIP, hostIP)
+	if !r.unrouted.First(key, vsvc.UID, message) {
+		return
+	}
+	syncloop.Warning{
+		Object:    serviceRef(vsvc),
+		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
+		Reason: translate.ReasonClusterIPNotRouted, Message: message, At: time.Now(),
+	}.Record(ctx, r.virtual)
+}
+
+// serviceRef is the reference an Event about vsvc names.
+func serviceRef(vsvc *corev1.Service) corev1.ObjectReference {
+	return corev1.ObjectReference{
+		APIVersion: "v1", Kind: "Service", Namespace: vsvc.Namespace, Name: vsvc.Name, UID: vsvc.UID, ResourceVersion: vsvc.ResourceVersion,
+	}
 }
 
 // refused says on the virtual Service, once per message, when the host
@@ -79,9 +111,7 @@ func (r *run) refused(ctx context.Context, vsvc *corev1.Service, err error) {
 		return
 	}
 	syncloop.Warning{
-		Object: corev1.ObjectReference{
-			APIVersion: "v1", Kind: "Service", Namespace: vsvc.Namespace, Name: vsvc.Name, UID: vsvc.UID, ResourceVersion: vsvc.ResourceVersion,
-		},
+		Object:    serviceRef(vsvc),
 		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
 		Reason: translate.ReasonCopyForbidden, Message: message, At: time.Now(),
 	}.Record(ctx, r.virtual)
@@ -91,6 +121,7 @@ func (r *run) refused(ctx context.Context, vsvc *corev1.Service, err error) {
 // longer synced, once the virtual API server itself says so.
 func (r *run) virtualGone(ctx context.Context, ns, name string, hsvc *corev1.Service) (bool, error) {
 	r.said.Forget(ns + "/" + name)
+	r.unrouted.Forget(ns + "/" + name)
 	if hsvc == nil {
 		return false, r.deleteSlices(ctx, ns, name, nil)
 	}

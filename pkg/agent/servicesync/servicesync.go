@@ -40,6 +40,7 @@ type Syncer struct {
 	progress syncloop.Progress // keys are virtual Service keys
 	dns      dnsSource
 	said     syncloop.Said // Service key → the last host refusal said with an Event
+	unrouted syncloop.Said // Service key → the ClusterIP said not to route
 }
 
 // New checks cfg and fills in defaults.

@@ -22,6 +22,11 @@ const (
 	// Service or its EndpointSlices (an exceeded ResourceQuota, an admission
 	// policy); the agent keeps trying, and a pod waits for its volumes.
 	ReasonCopyForbidden = "HostCopyForbidden"
+	// ReasonClusterIPNotRouted (an Event on a Service): the host could not
+	// give the Service's copy its virtual ClusterIP (taken on the host, or
+	// outside the host's Service network), so that address does not route;
+	// the Service's name and environment variables give the copy's.
+	ReasonClusterIPNotRouted = "ClusterIPNotRouted"
 )
 
 // VirtualStatus is the status vpod should report while host runs it: the
