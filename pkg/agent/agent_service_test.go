@@ -200,13 +200,15 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A hand-written endpoint that names no pod of the agent is not copied.
+	// A hand-written endpoint that names no pod of the agent is not copied;
+	// one without a targetRef at the address of a pod the agent runs is, as
+	// that pod's (a Service without selector, endpoints written by hand).
 	rogue := virtualSlice(ns, "web-b", "web", web0)
-	rogue.Endpoints = append(rogue.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}})
+	rogue.Endpoints = append(rogue.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}, discoveryv1.Endpoint{Addresses: []string{web1.Status.PodIP}})
 	if _, err := virtAdmin.DiscoveryV1().EndpointSlices(ns).Create(c, rogue, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitHostEndpoints(t, ns, "web-b", web0)
+	waitHostEndpoints(t, ns, "web-b", web0, web1)
 
 	// Updates follow: a new port, an endpoint removed.
 	eventually(t, "port added to the virtual Service", func() error {
@@ -242,7 +244,23 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 	if err := hostAdmin.DiscoveryV1().EndpointSlices(hostNamespace).Delete(c, hostSliceName(ns, "web-b"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitHostEndpoints(t, ns, "web-b", web0)
+	waitHostEndpoints(t, ns, "web-b", web0, web1)
+
+	// The address-only endpoint follows its pod: a new IP is copied.
+	hostKubeletRuns(t, hostPodName(ns, "web-1"), func(s *corev1.PodStatus) {
+		s.PodIP, s.PodIPs = "10.244.2.21", []corev1.PodIP{{IP: "10.244.2.21"}}
+	})
+	eventually(t, "the hand-written endpoint following web-1's new address", func() error {
+		v, err := virtAdmin.DiscoveryV1().EndpointSlices(ns).Get(c, "web-b", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		v.Endpoints[len(v.Endpoints)-1].Addresses = []string{"10.244.2.21"}
+		_, err = virtAdmin.DiscoveryV1().EndpointSlices(ns).Update(c, v, metav1.UpdateOptions{})
+		return err
+	})
+	web1.Status.PodIP = "10.244.2.21"
+	waitHostEndpoints(t, ns, "web-b", web0, web1)
 
 	// Deletion: a virtual slice, then the Service with its remaining slice.
 	if err := virtAdmin.DiscoveryV1().EndpointSlices(ns).Delete(c, "web-b", metav1.DeleteOptions{}); err != nil {

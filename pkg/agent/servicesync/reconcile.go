@@ -202,16 +202,28 @@ func (r *run) syncSlices(ctx context.Context, ns, name string, hsvc *corev1.Serv
 		return err
 	}
 	hostNS := r.tr.Config().HostNamespace
-	lookup := func(podNS, podName string) *corev1.Pod {
-		p, err := r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, podNS, podName))
-		if err != nil {
+	pods := translate.HostPods{
+		ByName: func(podNS, podName string) *corev1.Pod {
+			p, err := r.hPods.Pods(hostNS).Get(r.tr.HostName(translate.KindPod, podNS, podName))
+			if err != nil {
+				return nil
+			}
+			return p
+		},
+		ByIP: func(ip string) *corev1.Pod {
+			// One address is one pod's at a time among the agent's own.
+			found, _ := r.hPodsByIP.ByIndex(ipIndex, ip)
+			for _, o := range found {
+				if p, ok := o.(*corev1.Pod); ok {
+					return p
+				}
+			}
 			return nil
-		}
-		return p
+		},
 	}
 	keep := map[string]bool{}
 	for _, v := range virtual {
-		desired := r.tr.HostEndpointSlice(v, name, hsvc, lookup)
+		desired := r.tr.HostEndpointSlice(v, name, hsvc, pods)
 		keep[desired.Name] = true
 		if err := r.applySlice(ctx, desired); err != nil {
 			return err

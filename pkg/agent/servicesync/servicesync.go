@@ -74,12 +74,17 @@ type run struct {
 	hServices corelisters.ServiceLister
 	hSlices   discoverylisters.EndpointSliceLister
 	hPods     corelisters.PodLister
+	hPodsByIP cache.Indexer
 	loop      *syncloop.Loop
 }
 
 // podIndex indexes virtual EndpointSlices by the virtual pods
-// ("namespace/name") their endpoints name.
+// ("namespace/name") their endpoints name, and by the address ("ip/<ip>") of
+// each endpoint that names none.
 const podIndex = "pods"
+
+// ipIndex indexes host pods by their IPs.
+const ipIndex = "ips"
 
 // Run syncs until ctx ends, with virtual as the virtual cluster's client. It
 // returns nil when ctx ends.
@@ -111,6 +116,10 @@ func (s *Syncer) Run(ctx context.Context, virtual kubernetes.Interface) error {
 	r.hServices = hostFactory.Core().V1().Services().Lister()
 	r.hSlices = hostFactory.Discovery().V1().EndpointSlices().Lister()
 	r.hPods = hostFactory.Core().V1().Pods().Lister()
+	if err := hostFactory.Core().V1().Pods().Informer().AddIndexers(cache.Indexers{ipIndex: indexIPs}); err != nil {
+		return fmt.Errorf("indexing host pods: %w", err)
+	}
+	r.hPodsByIP = hostFactory.Core().V1().Pods().Informer().GetIndexer()
 	if err := syncloop.AddWatches(
 		syncloop.Watch{Informer: vServices.Informer(), Enqueue: r.loop.AddObject},
 		syncloop.Watch{Informer: vSlices.Informer(), Enqueue: r.enqueueVirtualSlice},
@@ -158,9 +167,25 @@ func (r *run) enqueueHostPod(obj any) {
 		return
 	}
 	slices, _ := r.vByPod.ByIndex(podIndex, k.Namespace+"/"+k.Name)
+	for _, ip := range p.Status.PodIPs {
+		more, _ := r.vByPod.ByIndex(podIndex, "ip/"+ip.IP)
+		slices = append(slices, more...)
+	}
 	for _, o := range slices {
 		r.enqueueVirtualSlice(o)
 	}
+}
+
+func indexIPs(obj any) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, ip := range p.Status.PodIPs {
+		out = append(out, ip.IP)
+	}
+	return out, nil
 }
 
 func indexPods(obj any) ([]string, error) {
@@ -170,12 +195,15 @@ func indexPods(obj any) ([]string, error) {
 	}
 	var out []string
 	for _, e := range s.Endpoints {
-		if ref := e.TargetRef; ref != nil && ref.Kind == "Pod" {
+		switch ref := e.TargetRef; {
+		case ref != nil && ref.Kind == "Pod":
 			ns := ref.Namespace
 			if ns == "" {
 				ns = s.Namespace
 			}
 			out = append(out, ns+"/"+ref.Name)
+		case ref == nil && len(e.Addresses) > 0:
+			out = append(out, "ip/"+e.Addresses[0])
 		}
 	}
 	return out, nil

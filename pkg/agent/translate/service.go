@@ -94,20 +94,27 @@ func WithoutClusterIP(desired *corev1.Service) *corev1.Service {
 	return h
 }
 
-// HostPodLookup returns the host pod the agent runs for a virtual pod, or nil.
-type HostPodLookup func(namespace, name string) *corev1.Pod
+// HostPods finds the host pods the agent runs; each returns nil for none.
+type HostPods struct {
+	// ByName is the host pod of the virtual pod namespace/name.
+	ByName func(namespace, name string) *corev1.Pod
+	// ByIP is the host pod that has ip now, whichever virtual pod it runs.
+	ByIP func(ip string) *corev1.Pod
+}
 
 // HostEndpointSlice is the host copy of a virtual EndpointSlice of the
 // virtual Service service, for the host Service hostService (owner). Each
-// endpoint is translated through its targetRef: the virtual pod becomes the
-// host pod the agent runs for it, and the addresses are that host pod's IPs of
-// the slice's family. The virtual addresses are the same IPs (the agent
-// mirrors host pod IPs back), but reading them from the host pod means a
-// tenant cannot point a host Service at an arbitrary address by writing a
-// virtual EndpointSlice by hand: endpoints without a pod the agent runs are
+// endpoint is translated to a host pod the agent runs: through its targetRef
+// (the virtual pod's host pod), or, for an endpoint without one (a slice
+// written by hand for a Service without selector), through its address (the
+// host pod that has it now). The addresses are that host pod's IPs of the
+// slice's family. The virtual addresses are the same IPs (the agent mirrors
+// host pod IPs back), but reading them from the host pod means a tenant
+// cannot point a host Service at an arbitrary address by writing a virtual
+// EndpointSlice by hand: endpoints that lead to no pod the agent runs are
 // dropped. Zones and hints are dropped (they describe virtual topology);
 // nodeName becomes the host node.
-func (t *Translator) HostEndpointSlice(v *discoveryv1.EndpointSlice, service string, hostService *corev1.Service, pods HostPodLookup) *discoveryv1.EndpointSlice {
+func (t *Translator) HostEndpointSlice(v *discoveryv1.EndpointSlice, service string, hostService *corev1.Service, pods HostPods) *discoveryv1.EndpointSlice {
 	h := &discoveryv1.EndpointSlice{
 		ObjectMeta:  t.hostMeta(KindEndpointSlice, v.Namespace, v.Name, string(v.UID)),
 		AddressType: v.AddressType,
@@ -129,21 +136,9 @@ func (t *Translator) HostEndpointSlice(v *discoveryv1.EndpointSlice, service str
 	return h
 }
 
-func (t *Translator) hostEndpoint(v *discoveryv1.EndpointSlice, e discoveryv1.Endpoint, pods HostPodLookup) (discoveryv1.Endpoint, bool) {
-	ref := e.TargetRef
-	if ref == nil || ref.Kind != "Pod" || (ref.APIVersion != "" && ref.APIVersion != "v1") {
-		return discoveryv1.Endpoint{}, false
-	}
-	ns := ref.Namespace
-	if ns == "" {
-		ns = v.Namespace
-	}
-	hp := pods(ns, ref.Name)
+func (t *Translator) hostEndpoint(v *discoveryv1.EndpointSlice, e discoveryv1.Endpoint, pods HostPods) (discoveryv1.Endpoint, bool) {
+	hp := t.endpointPod(v, e, pods)
 	if hp == nil {
-		return discoveryv1.Endpoint{}, false
-	}
-	k, ok := t.VirtualKeyOf(hp)
-	if !ok || k.Kind != KindPod || k.Namespace != ns || k.Name != ref.Name || (ref.UID != "" && k.UID != string(ref.UID)) {
 		return discoveryv1.Endpoint{}, false
 	}
 	var addrs []string
@@ -165,6 +160,46 @@ func (t *Translator) hostEndpoint(v *discoveryv1.EndpointSlice, e discoveryv1.En
 		out.NodeName = &hp.Spec.NodeName
 	}
 	return out, true
+}
+
+// endpointPod is the host pod the agent runs that endpoint e stands for, or
+// nil: the targetRef's virtual pod (of that incarnation, when it names a
+// UID), or without a targetRef the pod whose host pod has the endpoint's
+// first address (the one consumers use) now. A targetRef to anything but a
+// pod leads nowhere.
+func (t *Translator) endpointPod(v *discoveryv1.EndpointSlice, e discoveryv1.Endpoint, pods HostPods) *corev1.Pod {
+	ref := e.TargetRef
+	if ref == nil {
+		if len(e.Addresses) == 0 || pods.ByIP == nil {
+			return nil
+		}
+		// A pod that has finished may still list an address the node has
+		// given to another pod since, perhaps another tenant's.
+		hp := pods.ByIP(e.Addresses[0])
+		if hp == nil || hp.Status.Phase == corev1.PodSucceeded || hp.Status.Phase == corev1.PodFailed {
+			return nil
+		}
+		if k, ok := t.VirtualKeyOf(hp); !ok || k.Kind != KindPod {
+			return nil
+		}
+		return hp
+	}
+	if ref.Kind != "Pod" || (ref.APIVersion != "" && ref.APIVersion != "v1") {
+		return nil
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = v.Namespace
+	}
+	hp := pods.ByName(ns, ref.Name)
+	if hp == nil {
+		return nil
+	}
+	k, ok := t.VirtualKeyOf(hp)
+	if !ok || k.Kind != KindPod || k.Namespace != ns || k.Name != ref.Name || (ref.UID != "" && k.UID != string(ref.UID)) {
+		return nil
+	}
+	return hp
 }
 
 // familyOf is the EndpointSlice address type of an IP literal.

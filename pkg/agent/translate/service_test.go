@@ -157,7 +157,22 @@ func TestHostEndpointSlice(t *testing.T) {
 		"shop/idle":   hostPod(tr, "shop", "idle", "2"),
 		"shop/stolen": hostPod(other, "shop", "stolen", "3", "10.244.9.9"),
 	}
-	lookup := func(ns, name string) *corev1.Pod { return pods[ns+"/"+name] }
+	pods["shop/done"] = hostPod(tr, "shop", "done", "5", "10.244.1.60")
+	pods["shop/done"].Status.Phase = corev1.PodSucceeded
+	lookup := HostPods{
+		ByName: func(ns, name string) *corev1.Pod { return pods[ns+"/"+name] },
+		// As the agent's index would, were the other cluster's pod in it.
+		ByIP: func(ip string) *corev1.Pod {
+			for _, p := range pods {
+				for _, pip := range p.Status.PodIPs {
+					if pip.IP == ip {
+						return p
+					}
+				}
+			}
+			return nil
+		},
+	}
 	podRef := func(name, uid string) *corev1.ObjectReference {
 		return &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: name, UID: types.UID("virtual-" + uid)}
 	}
@@ -175,6 +190,10 @@ func TestHostEndpointSlice(t *testing.T) {
 			{Addresses: []string{"10.244.9.9"}, Conditions: ready, TargetRef: podRef("stolen", "3")},
 			{Addresses: []string{"10.244.1.9"}, Conditions: ready, TargetRef: podRef("idle", "2")},
 			{Addresses: []string{"10.0.0.1"}, Conditions: ready, TargetRef: &corev1.ObjectReference{Kind: "Node", Name: "web-0"}},
+			// Written by hand for a Service without selector: by address.
+			{Addresses: []string{"10.244.1.8"}, Conditions: ready, Hostname: ptr.To("by-address")},
+			{Addresses: []string{"10.244.9.9"}, Conditions: ready},
+			{Addresses: []string{"10.244.1.60"}, Conditions: ready},
 		},
 	}
 	hostSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: tr.HostName(KindService, "shop", "web"), UID: "host-svc-uid"}}
@@ -187,6 +206,10 @@ func TestHostEndpointSlice(t *testing.T) {
 		},
 		{
 			Addresses: []string{"10.244.1.8"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}, NodeName: ptr.To("host-node-1"),
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "tenant", Name: pods["shop/web-1"].Name, UID: "host-1"},
+		},
+		{
+			Addresses: []string{"10.244.1.8"}, Conditions: ready, Hostname: ptr.To("by-address"), NodeName: ptr.To("host-node-1"),
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "tenant", Name: pods["shop/web-1"].Name, UID: "host-1"},
 		},
 	}
