@@ -75,6 +75,8 @@ func TestAgentAnswersVirtualServiceNames(t *testing.T) {
 				out = append(out, a.A.String())
 			case *dns.SRV:
 				out = append(out, a.Target)
+			case *dns.PTR:
+				out = append(out, a.Ptr)
 			}
 		}
 		slices.Sort(out)
@@ -90,6 +92,7 @@ func TestAgentAnswersVirtualServiceNames(t *testing.T) {
 		{"db-0.db.dns.svc.cluster.local.", dns.TypeA, []string{"10.244.3.10"}},
 		{"_pg._tcp.db.dns.svc.cluster.local.", dns.TypeSRV, []string{"db-0.db.dns.svc.cluster.local."}},
 		{"kubernetes.default.svc.cluster.local.", dns.TypeA, []string{virtualAPIService.IP}},
+		{reverseName(t, hostWeb.Spec.ClusterIP), dns.TypePTR, []string{"web.dns.svc.cluster.local."}},
 		{"example.org.", dns.TypeA, []string{"192.0.2.80"}},
 	}
 	for _, network := range []string{"udp", "tcp"} {
@@ -127,6 +130,16 @@ func TestAgentAnswersVirtualServiceNames(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// reverseName is ip's in-addr.arpa name.
+func reverseName(t *testing.T, ip string) string {
+	t.Helper()
+	name, err := dns.ReverseAddr(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // startUpstream serves name → ip and NXDOMAIN for everything else over UDP

@@ -81,6 +81,10 @@ func inZone(name, zone string) bool {
 // address yet: NXDOMAIN would be cached by clients, while NODATA is retried
 // within seconds.
 //
+// A PTR query for the ClusterIP of a virtual Service is answered with the
+// Service's name when src is a ReverseSource (reverse.go); other reverse
+// names are forwarded.
+//
 // A name of the zones in anything but a single-question Internet-class query
 // (another class or opcode, several questions) is REFUSED, never forwarded.
 func Answer(z Zones, src Source, req *dns.Msg) (reply *dns.Msg, forward bool) {
@@ -92,6 +96,9 @@ func Answer(z Zones, src Source, req *dns.Msg) (reply *dns.Msg, forward bool) {
 		}
 	}
 	if !ours {
+		if reply, ok := answerReverse(z, src, req); ok {
+			return reply, false
+		}
 		return nil, true
 	}
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {

@@ -2,6 +2,7 @@ package dnsserver
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,17 @@ type fakeSource map[string]Service
 func (f fakeSource) Service(namespace, name string) (Service, bool) {
 	s, ok := f[namespace+"/"+name]
 	return s, ok
+}
+
+// ServiceAt implements ReverseSource over the ClusterIP Services.
+func (f fakeSource) ServiceAt(ip netip.Addr) (namespace, name string, ok bool) {
+	for key, svc := range f {
+		if svc.Type == TypeClusterIP && slices.Contains(svc.IPs, ip) {
+			namespace, name, _ = strings.Cut(key, "/")
+			return namespace, name, true
+		}
+	}
+	return "", "", false
 }
 
 func addrs(ss ...string) []netip.Addr {
@@ -119,8 +131,28 @@ func TestAnswer(t *testing.T) {
 		{name: "the domain itself is NODATA for A", qname: "cluster.local.", qtype: dns.TypeA, want: reply{Ns: []string{soa}}},
 		{name: "the domain itself answers its SOA", qname: "Cluster.Local.", qtype: dns.TypeSOA, want: reply{Answer: []string{soa}}},
 		{name: "a name outside the domain is forwarded", qname: "example.org.", qtype: dns.TypeA, want: reply{Forward: true}},
-		{name: "a reverse lookup is forwarded (its reply is filtered)", qname: "10.0.43.10.in-addr.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
-		{name: "an IPv6 reverse lookup is forwarded (its reply is filtered)", qname: "a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
+		{name: "a reverse lookup of no virtual Service is forwarded (its reply is filtered)", qname: "10.0.43.10.in-addr.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
+		{name: "an IPv6 reverse lookup of no virtual Service is forwarded (its reply is filtered)", qname: "a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
+		{
+			name: "the PTR of a Service's ClusterIP is its name", qname: "7.7.43.10.in-addr.arpa.", qtype: dns.TypePTR,
+			want: reply{Answer: []string{"7.7.43.10.in-addr.arpa. 5 IN PTR web.shop.svc.cluster.local."}},
+		},
+		{
+			name: "the PTR of its IPv6 ClusterIP too", qname: "7.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", qtype: dns.TypePTR,
+			want: reply{Answer: []string{"7.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa. 5 IN PTR web.shop.svc.cluster.local."}},
+		},
+		{
+			name: "a reverse name is matched whatever its case, and answered as asked", qname: "8.8.43.10.IN-ADDR.Arpa.", qtype: dns.TypePTR,
+			want: reply{Answer: []string{"8.8.43.10.IN-ADDR.Arpa. 5 IN PTR v4only.shop.svc.cluster.local."}},
+		},
+		{
+			name: "the PTR names the virtual domain", domain: "k3k.internal", qname: "7.7.43.10.in-addr.arpa.", qtype: dns.TypePTR,
+			want: reply{Answer: []string{"7.7.43.10.in-addr.arpa. 5 IN PTR web.shop.svc.k3k.internal."}},
+		},
+		{name: "another type of a Service's reverse name is forwarded", qname: "7.7.43.10.in-addr.arpa.", qtype: dns.TypeA, want: reply{Forward: true}},
+		{name: "a headless endpoint's reverse name is forwarded", qname: "10.0.42.10.in-addr.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
+		{name: "a partial reverse name is forwarded", qname: "7.43.10.in-addr.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
+		{name: "a reverse label with a leading zero is no address", qname: "07.7.43.10.in-addr.arpa.", qtype: dns.TypePTR, want: reply{Forward: true}},
 		{name: "a domain that merely ends like the cluster domain is forwarded", qname: "web.shop.svc.notcluster.local.", qtype: dns.TypeA, want: reply{Forward: true}},
 		{name: "another class of a cluster name is refused, not forwarded", qname: "kube-dns.kube-system" + zone, qtype: dns.TypeA, qclass: dns.ClassCHAOS, want: reply{Rcode: dns.RcodeRefused}},
 		{name: "class ANY of a cluster name is refused, not forwarded", qname: "web.shop" + zone, qtype: dns.TypeA, qclass: dns.ClassANY, want: reply{Rcode: dns.RcodeRefused}},
@@ -290,9 +322,15 @@ func TestAnswerWhileTheSourceIsNotReady(t *testing.T) {
 		{Zones{Domain: "k3k.internal", HostDomain: "cluster.local"}, "kube-dns.kube-system.svc.cluster.local.", dns.RcodeNameError, false},
 		// Not the cluster's: forwarded as always.
 		{Zones{Domain: "cluster.local", HostDomain: "cluster.local"}, "example.org.", 0, true},
+		// A Service's reverse name: forwarded (and filtered) until it syncs.
+		{Zones{Domain: "cluster.local", HostDomain: "cluster.local"}, "7.7.43.10.in-addr.arpa.", 0, true},
 	} {
 		req := new(dns.Msg)
-		req.SetQuestion(tc.qname, dns.TypeA)
+		qtype := dns.TypeA
+		if strings.HasSuffix(tc.qname, ".arpa.") {
+			qtype = dns.TypePTR
+		}
+		req.SetQuestion(tc.qname, qtype)
 		got, forward := Answer(tc.zones, src, req)
 		if forward != tc.wantForward {
 			t.Errorf("%s: forward = %v, want %v", tc.qname, forward, tc.wantForward)

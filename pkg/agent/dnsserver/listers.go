@@ -50,6 +50,26 @@ func (s *ListerSource) Service(namespace, name string) (Service, bool) {
 	return out, true
 }
 
+// ServiceAt implements ReverseSource: the virtual ClusterIP Service whose
+// host copy has ip. The virtual Services are walked (a tenant's quota bounds
+// them), in no particular order: one address is one host Service's.
+func (s *ListerSource) ServiceAt(ip netip.Addr) (namespace, name string, ok bool) {
+	list, err := s.Services.List(labels.Everything())
+	if err != nil {
+		return "", "", false
+	}
+	ip = ip.Unmap()
+	for _, v := range list {
+		if v.Spec.Type == corev1.ServiceTypeExternalName || v.Spec.ClusterIP == corev1.ClusterIPNone || v.Spec.ClusterIP == "" {
+			continue
+		}
+		if slices.Contains(s.hostClusterIPs(v.Namespace, v.Name), ip) {
+			return v.Namespace, v.Name, true
+		}
+	}
+	return "", "", false
+}
+
 // hostClusterIPs are the ClusterIPs of the virtual Service's host Service;
 // none while it is missing or headless.
 func (s *ListerSource) hostClusterIPs(namespace, name string) []netip.Addr {

@@ -48,6 +48,15 @@ func (d *dnsSource) Service(namespace, name string) (dnsserver.Service, bool) {
 	return src.Service(namespace, name)
 }
 
+// ServiceAt implements dnsserver.ReverseSource.
+func (d *dnsSource) ServiceAt(ip netip.Addr) (namespace, name string, ok bool) {
+	src := d.cur.Load()
+	if src == nil {
+		return "", "", false
+	}
+	return src.ServiceAt(ip)
+}
+
 // publishDNS makes r's caches the DNS source; the loop calls it once they
 // have synced.
 func (r *run) publishDNS() {
