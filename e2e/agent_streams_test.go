@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
@@ -225,6 +226,42 @@ func testStreamsAndDNS(t *testing.T, v *vcluster, ns, web, client string, hostSv
 			return true, nil
 		})
 		t.Logf("GET /healthz from pod %s at %s:80: %q", client, vs.Spec.ClusterIP, strings.SplitN(o, "\r\n", 2)[0])
+	})
+	t.Run("a pod connects to a NodePort Service at the node's address", func(t *testing.T) {
+		// The agent serves the node port at its own address, the virtual
+		// node's InternalIP, as kube-proxy does on a node; no host node
+		// opens it.
+		np := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-np", Namespace: ns},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"},
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}
+		if err := retry(func(ctx context.Context) error {
+			var err error
+			np, err = v.client.CoreV1().Services(ns).Create(ctx, np, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := v.client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil || len(nodes.Items) != 1 {
+			t.Fatalf("virtual nodes: %v (%v)", nodes, err)
+		}
+		var nodeIP string
+		for _, a := range nodes.Items[0].Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				nodeIP = a.Address
+			}
+		}
+		get := fmt.Sprintf(`printf 'GET /healthz HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, nodeIP, np.Spec.Ports[0].NodePort)
+		eventually(t, time.Minute, "GET /healthz from the node port", func(ctx context.Context) (bool, error) {
+			o, e, err := execIn(ctx, rc, ns, client, "sh", "", "sh", "-c", get)
+			if err != nil || !strings.Contains(o, " 200 ") {
+				return false, fmt.Errorf("%s: %v: %q %q", get, err, o, e)
+			}
+			return true, nil
+		})
+		t.Logf("GET /healthz at node %s:%d: 200", nodeIP, np.Spec.Ports[0].NodePort)
 	})
 	t.Run("the agent guard keeps kubectl exec off the server pod", func(t *testing.T) {
 		// The agent's own host identity may not exec into the server pod even

@@ -38,6 +38,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent"
 	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
 	"github.com/k3k-io/k3k/pkg/agent/node"
+	"github.com/k3k-io/k3k/pkg/agent/nodeport"
 	"github.com/k3k-io/k3k/pkg/agent/podsecurity"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/agentbootstrap"
@@ -59,6 +60,7 @@ type options struct {
 	podSecurityLevel                       string
 	storageClasses                         []string
 	syncIngresses                          bool
+	serveNodePorts                         bool
 	ingressClasses                         map[string]string
 	ingressHosts                           []string
 	seccompDefault                         bool
@@ -124,6 +126,7 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often every pod is reconciled without an event")
 	f.StringVar(&o.podSecurityLevel, "pod-security-level", podsecurity.Baseline, "Pod Security Standards level every host pod must meet: baseline, restricted or privileged (the controller passes the Cluster's spec.podSecurityLevel, privileged only where the host administrator allowed it)")
 	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes PersistentVolumeClaims and generic ephemeral volumes may name, besides the host's default (none by default; the controller passes the Cluster's spec.storageClasses)")
+	f.BoolVar(&o.serveNodePorts, "serve-node-ports", true, "serve the node ports of NodePort and LoadBalancer Services (TCP) at the agent's own address, the node's InternalIP, relayed to their host copies; reachable by the virtual cluster's pods only, never opened on a host node")
 	f.BoolVar(&o.syncIngresses, "sync-ingresses", false, "copy the virtual cluster's Ingresses to the host namespace (the controller passes the Cluster's spec.ingresses.enabled)")
 	f.StringToStringVar(&o.ingressClasses, "ingress-classes", nil, "virtual=host ingress class pairs an Ingress may name; one without a class gets the host's default, others are refused")
 	f.StringSliceVar(&o.ingressHosts, "ingress-hosts", nil, "hostnames an Ingress may claim: a name, or *.suffix for every name under suffix (none by default: no Ingress is copied; the controller passes the Cluster's spec.ingresses.hosts)")
@@ -280,6 +283,10 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	dns, err := readHostServices(ctx, o, &cfg)
 	if err != nil {
 		return ignoreStop(ctx, err)
+	}
+	if o.serveNodePorts {
+		cfg.NodePorts = nodeport.New(nodeport.Config{Logger: logr.FromContextOrDiscard(ctx)})
+		defer cfg.NodePorts.Close()
 	}
 	a, err := agent.New(cfg)
 	if err != nil {

@@ -46,6 +46,7 @@ import (
 	"github.com/k3k-io/k3k/pkg/agent/ingresssync"
 	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
 	"github.com/k3k-io/k3k/pkg/agent/node"
+	"github.com/k3k-io/k3k/pkg/agent/nodeport"
 	"github.com/k3k-io/k3k/pkg/agent/podsync"
 	"github.com/k3k-io/k3k/pkg/agent/servicesync"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
@@ -75,6 +76,10 @@ type Config struct {
 	// SyncIngresses copies the virtual cluster's Ingresses to the host
 	// (package ingresssync), with the classes Translate.IngressClasses maps.
 	SyncIngresses bool
+	// NodePorts, when set, serves the node ports of the virtual cluster's
+	// NodePort and LoadBalancer Services at the agent's own address (the
+	// node's InternalIP), relayed to their host copies (package nodeport).
+	NodePorts *nodeport.Relay
 	// UserAgent is set on virtual clients. Default "k3k-kubelet".
 	UserAgent string
 	// WrapVirtualTransport, when set, wraps the transport of every virtual
@@ -123,7 +128,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	svcs, err := servicesync.New(servicesync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
+	svcs, err := servicesync.New(servicesync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync, NodePorts: cfg.NodePorts})
 	if err != nil {
 		return nil, err
 	}

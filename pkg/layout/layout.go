@@ -95,6 +95,10 @@ const (
 	// AgentDNSPort is where the agent answers DNS (UDP and TCP); its DNS
 	// Service maps port 53 to it, so the agent needs no privilege to bind.
 	AgentDNSPort = 5353
+	// NodePortMin and NodePortMax bound the node ports a virtual API server
+	// allocates (kube-apiserver's default --service-node-port-range), which
+	// the agent serves at its address (pkg/agent/nodeport).
+	NodePortMin, NodePortMax = 30000, 32767
 	AgentBinary  = "/usr/local/bin/kubelet"
 	// AgentUID is the non-root user the agent runs as: it needs no file it
 	// does not get through a volume.

@@ -241,7 +241,9 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults, t EgressTar
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: workloadLabels(c)},
 			PolicyTypes: both,
-			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{workloads, servers}}},
+			// The agent relays its node ports to the workloads (through
+			// the Services' host copies).
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{workloads, servers, agent}}},
 			Egress: withOutside([]networkingv1.NetworkPolicyEgressRule{
 				{To: []networkingv1.NetworkPolicyPeer{workloads}},
 				{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
@@ -272,7 +274,11 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults, t EgressTar
 		},
 	}
 
-	agentEgress := []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)}, dnsRule()}
+	agentEgress := []networkingv1.NetworkPolicyEgressRule{
+		{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
+		{To: []networkingv1.NetworkPolicyPeer{workloads}}, // node ports, relayed
+		dnsRule(),
+	}
 	agentPolicy := &networkingv1.NetworkPolicy{
 		ObjectMeta: objectMeta(c, n.AgentPolicy),
 		Spec: networkingv1.NetworkPolicySpec{
@@ -281,6 +287,9 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults, t EgressTar
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
 				{From: []networkingv1.NetworkPolicyPeer{servers, workloads}, Ports: policyPorts(corev1.ProtocolTCP, layout.AgentKubeletPort)},
 				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
+				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: []networkingv1.NetworkPolicyPort{
+					{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(layout.NodePortMin)), EndPort: ptr.To[int32](layout.NodePortMax)},
+				}},
 			},
 			Egress: withOutside(append(agentEgress, endpointRules(t.HostAPI)...)),
 		},

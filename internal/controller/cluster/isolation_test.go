@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -207,12 +208,27 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 	wantAgent := []networkingv1.NetworkPolicyEgressRule{
 		// Its cluster's servers' API port: the virtual API behind the API Service.
 		{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: serverLabels(c)}}}, Ports: policyPorts(tcp, layout.APIPort)},
+		// Its cluster's workloads, any port: the node ports it relays.
+		{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: workloadLabels(c)}}}},
 		dns,
 		hostAPI,
 		wantOutside,
 	}
 	if diff := cmp.Diff(wantAgent, a.Spec.Egress); diff != "" {
 		t.Errorf("agent egress (-want +got):\n%s", diff)
+	}
+	workloadsOnly := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: workloadLabels(c)}}}
+	wantAgentIngress := []networkingv1.NetworkPolicyIngressRule{
+		{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: serverLabels(c)}}, workloadsOnly[0]}, Ports: policyPorts(tcp, layout.AgentKubeletPort)},
+		{From: workloadsOnly, Ports: append(policyPorts(udp, layout.AgentDNSPort), policyPorts(tcp, layout.AgentDNSPort)...)},
+		// The node ports, to its cluster's workloads alone.
+		{From: workloadsOnly, Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(tcp), Port: ptr.To(intstr.FromInt32(30000)), EndPort: ptr.To[int32](32767)}}},
+	}
+	if diff := cmp.Diff(wantAgentIngress, a.Spec.Ingress); diff != "" {
+		t.Errorf("agent ingress (-want +got):\n%s", diff)
+	}
+	if from := w.Spec.Ingress[0].From; len(from) != 3 || from[2].PodSelector.MatchLabels[v1beta1.LabelComponent] != v1beta1.ComponentAgent || len(w.Spec.Ingress[0].Ports) != 0 {
+		t.Errorf("workload ingress %+v, want from the workloads, the servers and the agent", w.Spec.Ingress)
 	}
 
 	// Without egress CIDRs the servers and agent reach nothing outside but
@@ -221,7 +237,7 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 	if diff := cmp.Diff(wantServer[:4], ps[1].Spec.Egress); diff != "" {
 		t.Errorf("server egress without egress CIDRs (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(wantAgent[:3], ps[2].Spec.Egress); diff != "" {
+	if diff := cmp.Diff(wantAgent[:4], ps[2].Spec.Egress); diff != "" {
 		t.Errorf("agent egress without egress CIDRs (-want +got):\n%s", diff)
 	}
 

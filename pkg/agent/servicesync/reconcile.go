@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/k3k-io/k3k/pkg/agent/nodeport"
 	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
@@ -58,7 +59,31 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		return hsvc == nil, err
 	}
 	r.checkRouted(ctx, vsvc, hsvc)
+	r.serveNodePorts(ctx, vsvc, hsvc)
 	return false, nil
+}
+
+// serveNodePorts relays the Service's node ports to its host copy, and says
+// on the Service, once, which could not be opened.
+func (r *run) serveNodePorts(ctx context.Context, vsvc, hsvc *corev1.Service) {
+	if r.cfg.NodePorts == nil {
+		return
+	}
+	key := vsvc.Namespace + "/" + vsvc.Name
+	err := r.cfg.NodePorts.Set(key, nodeport.Targets(vsvc, hsvc.Spec.ClusterIP))
+	if err == nil {
+		r.unserved.Forget(key)
+		return
+	}
+	message := "the node's address does not serve this Service's node port: " + err.Error()
+	if !r.unserved.First(key, vsvc.UID, message) {
+		return
+	}
+	syncloop.Warning{
+		Object:    serviceRef(vsvc),
+		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
+		Reason: translate.ReasonNodePortNotServed, Message: message, At: time.Now(),
+	}.Record(ctx, r.virtual)
 }
 
 // checkRouted says on the virtual Service, once, when its ClusterIP is not its
@@ -122,6 +147,10 @@ func (r *run) refused(ctx context.Context, vsvc *corev1.Service, err error) {
 func (r *run) virtualGone(ctx context.Context, ns, name string, hsvc *corev1.Service) (bool, error) {
 	r.said.Forget(ns + "/" + name)
 	r.unrouted.Forget(ns + "/" + name)
+	r.unserved.Forget(ns + "/" + name)
+	if r.cfg.NodePorts != nil {
+		_ = r.cfg.NodePorts.Set(ns+"/"+name, nil) // closing never fails
+	}
 	if hsvc == nil {
 		return false, r.deleteSlices(ctx, ns, name, nil)
 	}

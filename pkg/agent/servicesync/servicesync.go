@@ -15,6 +15,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/k3k-io/k3k/pkg/agent/nodeport"
 	"github.com/k3k-io/k3k/pkg/agent/syncloop"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 )
@@ -31,6 +32,10 @@ type Config struct {
 	Resync time.Duration
 	// Workers is how many Services are reconciled at once. Default 2.
 	Workers int
+	// NodePorts, when set, serves the node ports of NodePort and
+	// LoadBalancer Services at the agent's address, relayed to their host
+	// copies (package nodeport).
+	NodePorts *nodeport.Relay
 }
 
 // Syncer keeps host copies of the virtual Services.
@@ -41,6 +46,7 @@ type Syncer struct {
 	dns      dnsSource
 	said     syncloop.Said // Service key → the last host refusal said with an Event
 	unrouted syncloop.Said // Service key → the ClusterIP said not to route
+	unserved syncloop.Said // Service key → the node ports said not to be served
 }
 
 // New checks cfg and fills in defaults.

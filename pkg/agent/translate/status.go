@@ -27,6 +27,9 @@ const (
 	// outside the host's Service network), so that address does not route;
 	// the Service's name and environment variables give the copy's.
 	ReasonClusterIPNotRouted = "ClusterIPNotRouted"
+	// ReasonNodePortNotServed (an Event on a Service): the agent could not
+	// open a node port of the Service at the node's address.
+	ReasonNodePortNotServed = "NodePortNotServed"
 )
 
 // VirtualStatus is the status vpod should report while host runs it: the
