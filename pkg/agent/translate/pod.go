@@ -76,7 +76,16 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	if spec.Hostname == "" {
 		spec.Hostname = hostnameFor(vpod.Name)
 	}
-	// A subdomain names a virtual headless Service the host does not have.
+	// A subdomain names a virtual headless Service the host does not have,
+	// and the host kubelet would write the pod's FQDN in the host namespace
+	// into /etc/hosts. The virtual FQDN goes there instead, at 127.0.1.1 (the
+	// pod itself, as Debian names its own host): the pod's address is not
+	// known before the kubelet writes the file. Others resolve the name
+	// through the headless Service (the agent's DNS).
+	if spec.Subdomain != "" && t.cfg.ClusterDomain != "" {
+		fqdn := spec.Hostname + "." + spec.Subdomain + "." + ns + ".svc." + t.cfg.ClusterDomain
+		spec.HostAliases = append(spec.HostAliases, corev1.HostAlias{IP: OwnFQDNAddress, Hostnames: []string{fqdn}})
+	}
 	spec.Subdomain = ""
 	spec.SetHostnameAsFQDN = nil
 	t.rewriteDNS(&spec, ns)
@@ -497,6 +506,10 @@ func (t *Translator) rewriteDNS(spec *corev1.PodSpec, namespace string) {
 	spec.DNSPolicy = corev1.DNSNone
 	spec.DNSConfig = cfg
 }
+
+// OwnFQDNAddress is where a pod's /etc/hosts puts its own virtual FQDN
+// (hostname.subdomain.namespace.svc.domain).
+const OwnFQDNAddress = "127.0.1.1"
 
 // hostnameFor makes a pod name usable as a hostname (a DNS label), as kubelet
 // does by truncating.

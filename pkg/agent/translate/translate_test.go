@@ -231,6 +231,11 @@ func TestHostPod(t *testing.T) {
 	if s.ServiceAccountName != "" || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
 		t.Errorf("host pod may get host credentials: sa=%q automount=%v", s.ServiceAccountName, s.AutomountServiceAccountToken)
 	}
+	// The virtual FQDN (hostname.subdomain.namespace.svc.domain) resolves in
+	// the pod's /etc/hosts, to the pod itself.
+	if diff := cmp.Diff([]corev1.HostAlias{{IP: "127.0.1.1", Hostnames: []string{"web-0.web.shop.svc.cluster.local"}}}, s.HostAliases); diff != "" {
+		t.Errorf("host aliases (-want +got):\n%s", diff)
+	}
 	if s.Hostname != "web-0" {
 		t.Errorf("hostname = %q, want the virtual pod name", s.Hostname)
 	}
