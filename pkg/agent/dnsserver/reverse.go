@@ -2,7 +2,7 @@ package dnsserver
 
 import (
 	"net/netip"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -54,44 +54,40 @@ func answerReverse(z Zones, src Source, req *dns.Msg) (reply *dns.Msg, ok bool) 
 }
 
 // reverseAddr is the address a reverse name stands for: four decimal labels
-// below in-addr.arpa, or 32 nibbles below ip6.arpa. Anything else (a
-// partial name, a classless delegation label) is no address.
+// below in-addr.arpa, or 32 hex nibbles below ip6.arpa, least significant
+// first. Anything else (a partial name, a classless delegation label, an
+// octet with a leading zero) is no address.
 func reverseAddr(name string) (netip.Addr, bool) {
 	name = strings.TrimSuffix(dns.CanonicalName(name), ".")
+	var text string
 	if rest, ok := strings.CutSuffix(name, ".in-addr.arpa"); ok {
 		labels := strings.Split(rest, ".")
 		if len(labels) != 4 {
 			return netip.Addr{}, false
 		}
-		var b [4]byte
-		for i, l := range labels {
-			n, err := strconv.ParseUint(l, 10, 8)
-			if err != nil || (len(l) > 1 && l[0] == '0') {
-				return netip.Addr{}, false
-			}
-			b[3-i] = byte(n)
-		}
-		return netip.AddrFrom4(b), true
-	}
-	if rest, ok := strings.CutSuffix(name, ".ip6.arpa"); ok {
+		slices.Reverse(labels)
+		text = strings.Join(labels, ".")
+	} else if rest, ok := strings.CutSuffix(name, ".ip6.arpa"); ok {
 		labels := strings.Split(rest, ".")
 		if len(labels) != 32 {
 			return netip.Addr{}, false
 		}
-		var b [16]byte
+		slices.Reverse(labels)
+		var b strings.Builder
 		for i, l := range labels {
-			n, err := strconv.ParseUint(l, 16, 4)
-			if err != nil || len(l) != 1 {
+			if len(l) != 1 {
 				return netip.Addr{}, false
 			}
-			nibble := 31 - i // the last label is the first nibble
-			if nibble%2 == 0 {
-				b[nibble/2] |= byte(n) << 4
-			} else {
-				b[nibble/2] |= byte(n)
+			if i > 0 && i%4 == 0 {
+				b.WriteByte(':')
 			}
+			b.WriteString(l)
 		}
-		return netip.AddrFrom16(b), true
+		text = b.String()
 	}
-	return netip.Addr{}, false
+	ip, err := netip.ParseAddr(text)
+	if err != nil || ip.Zone() != "" || (ip.Is4() != strings.HasSuffix(name, ".in-addr.arpa")) {
+		return netip.Addr{}, false
+	}
+	return ip, true
 }

@@ -76,14 +76,7 @@ func (r *run) serveNodePorts(ctx context.Context, vsvc, hsvc *corev1.Service) {
 		return
 	}
 	message := "the node's address does not serve this Service's node port: " + err.Error()
-	if !r.unserved.First(key, vsvc.UID, message) {
-		return
-	}
-	syncloop.Warning{
-		Object:    serviceRef(vsvc),
-		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
-		Reason: translate.ReasonNodePortNotServed, Message: message, At: time.Now(),
-	}.Record(ctx, r.virtual)
+	r.warnOnce(ctx, &r.unserved, vsvc, translate.ReasonNodePortNotServed, message)
 }
 
 // checkRouted says on the virtual Service, once, when its ClusterIP is not its
@@ -100,21 +93,22 @@ func (r *run) checkRouted(ctx context.Context, vsvc, hsvc *corev1.Service) {
 	}
 	message := fmt.Sprintf("ClusterIP %s does not route: the host could not give this Service's copy that address (taken on the host, or outside the host's Service network) and gave it %s; "+
 		"the Service's DNS name and environment variables lead there. Recreate the Service to get another address", virtualIP, hostIP)
-	if !r.unrouted.First(key, vsvc.UID, message) {
+	r.warnOnce(ctx, &r.unrouted, vsvc, translate.ReasonClusterIPNotRouted, message)
+}
+
+// warnOnce records a Warning Event on vsvc unless said already holds
+// message for this Service.
+func (r *run) warnOnce(ctx context.Context, said *syncloop.Said, vsvc *corev1.Service, reason, message string) {
+	if !said.First(vsvc.Namespace+"/"+vsvc.Name, vsvc.UID, message) {
 		return
 	}
 	syncloop.Warning{
-		Object:    serviceRef(vsvc),
+		Object: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Service", Namespace: vsvc.Namespace, Name: vsvc.Name, UID: vsvc.UID, ResourceVersion: vsvc.ResourceVersion,
+		},
 		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
-		Reason: translate.ReasonClusterIPNotRouted, Message: message, At: time.Now(),
+		Reason: reason, Message: message, At: time.Now(),
 	}.Record(ctx, r.virtual)
-}
-
-// serviceRef is the reference an Event about vsvc names.
-func serviceRef(vsvc *corev1.Service) corev1.ObjectReference {
-	return corev1.ObjectReference{
-		APIVersion: "v1", Kind: "Service", Namespace: vsvc.Namespace, Name: vsvc.Name, UID: vsvc.UID, ResourceVersion: vsvc.ResourceVersion,
-	}
 }
 
 // refused says on the virtual Service, once per message, when the host
@@ -132,14 +126,7 @@ func (r *run) refused(ctx context.Context, vsvc *corev1.Service, err error) {
 		return
 	}
 	message := "the host refused a copy this Service needs (it is retried): " + err.Error()
-	if !r.said.First(key, vsvc.UID, message) {
-		return
-	}
-	syncloop.Warning{
-		Object:    serviceRef(vsvc),
-		Component: "k3k-kubelet", Node: r.tr.Config().NodeName,
-		Reason: translate.ReasonCopyForbidden, Message: message, At: time.Now(),
-	}.Record(ctx, r.virtual)
+	r.warnOnce(ctx, &r.said, vsvc, translate.ReasonCopyForbidden, message)
 }
 
 // virtualGone deletes the host copies of a virtual Service that is gone or no
