@@ -118,8 +118,11 @@ build_images() {
   local -a busybox tools
   mapfile -t busybox < <(busybox_entries)
   # What agnhost's own image adds to Alpine: nc, curl, dig and getent for
-  # the network tests' probes (and a shell, above).
-  mapfile -t tools < <({ busybox_entries; with_libs /usr/bin/dig /usr/bin/curl /bin/nc.openbsd /usr/bin/getent; } | sort -u)
+  # the network tests' probes, and a shell. That shell is bash: Debian's
+  # static busybox runs its own applet for any name it has, whatever PATH
+  # says, so its ash would run busybox's nc (no -v, no -z) where the
+  # Services tests call OpenBSD's.
+  mapfile -t tools < <({ busybox_entries | grep -v '^/bin/sh='; echo '/bin/sh@bash'; with_libs /usr/bin/dig /usr/bin/curl /bin/nc.openbsd /usr/bin/getent; } | sort -u)
 
   say "images into $IMAGES"
   # The suite's HTTPS servers use the certificate the image carries.
@@ -129,8 +132,10 @@ build_images() {
     /agnhost="$TOOLS/agnhost" /agnhost-2@agnhost /uploads/ \
     /localhost.crt="$porter/localhost.crt" /localhost.key="$porter/localhost.key" /etc/nsswitch.conf="$work/nsswitch.conf" \
     /etc/passwd="$work/passwd" /etc/group="$work/group" "${tools[@]}" /usr/bin/nc@/bin/nc.openbsd
+  # jessie-dnsutils: dig, and getent for the /etc/hosts probes (Debian's,
+  # as in upstream's image; busybox has none).
   "$mk" -o "$IMAGES/jessie-dnsutils.tar" -t "$E2E_REGISTRY/jessie-dnsutils:1.7" -entrypoint /bin/sh \
-    /etc/nsswitch.conf="$work/nsswitch.conf" $({ busybox_entries; with_libs /usr/bin/dig; } | sort -u)
+    /etc/nsswitch.conf="$work/nsswitch.conf" $({ busybox_entries; with_libs /usr/bin/dig /usr/bin/getent; } | sort -u)
   "$mk" -o "$IMAGES/sample-apiserver.tar" -t "$E2E_REGISTRY/sample-apiserver:1.29.2" -entrypoint /sample-apiserver \
     /sample-apiserver="$TOOLS/sample-apiserver"
   "$mk" -o "$IMAGES/busybox.tar" -t "$E2E_REGISTRY/busybox:1.37.0-1" -entrypoint /bin/sh "${busybox[@]}"
