@@ -99,7 +99,7 @@ const (
 	// allocates (kube-apiserver's default --service-node-port-range), which
 	// the agent serves at its address (pkg/agent/nodeport).
 	NodePortMin, NodePortMax = 30000, 32767
-	AgentBinary  = "/usr/local/bin/kubelet"
+	AgentBinary              = "/usr/local/bin/kubelet"
 	// AgentUID is the non-root user the agent runs as: it needs no file it
 	// does not get through a volume.
 	AgentUID = 65532
