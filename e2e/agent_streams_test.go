@@ -192,6 +192,16 @@ func testStreamsAndDNS(t *testing.T, v *vcluster, ns, web, client string, hostSv
 			})
 			t.Logf("nslookup %s → %s", name, hostSvc.Spec.ClusterIP)
 		}
+		// The reverse of the ClusterIP (one address on both sides) is the
+		// virtual Service's name, answered by the agent.
+		want := "web." + ns + ".svc.cluster.local"
+		eventually(t, time.Minute, "nslookup "+hostSvc.Spec.ClusterIP, func(ctx context.Context) (bool, error) {
+			o, e, err := execIn(ctx, rc, ns, client, "sh", "", "nslookup", hostSvc.Spec.ClusterIP)
+			if err != nil || !strings.Contains(o, want) {
+				return false, fmt.Errorf("nslookup %s: %v: %q %q, want %s", hostSvc.Spec.ClusterIP, err, o, e, want)
+			}
+			return true, nil
+		})
 		// The virtual API by its in-cluster name: the cluster's API Service.
 		eventually(t, time.Minute, "nslookup kubernetes.default.svc.cluster.local.", func(ctx context.Context) (bool, error) {
 			o, e, err := execIn(ctx, rc, ns, client, "sh", "", "nslookup", "kubernetes.default.svc.cluster.local.")
