@@ -450,6 +450,41 @@ func TestAgentPodLifecycle(t *testing.T) {
 		return err
 	})
 
+	// Deleted, the copy is emptied (the agent may not delete it): the host
+	// kubelet takes its keys out of the volume, as for an optional volume
+	// whose ConfigMap is gone. Made again, it is copied again.
+	if err := virtAdmin.CoreV1().ConfigMaps(ns).Delete(c, "web-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the copy of a deleted ConfigMap emptied", func() error {
+		cm, err := hostAdmin.CoreV1().ConfigMaps(hostNamespace).Get(c, hostCM, metav1.GetOptions{})
+		if err == nil && (len(cm.Data) != 0 || len(cm.OwnerReferences) == 0) {
+			err = fmt.Errorf("data %v owners %v", cm.Data, cm.OwnerReferences)
+		}
+		return err
+	})
+	if _, err := virtAdmin.CoreV1().ConfigMaps(ns).Create(c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web-config"}, Data: map[string]string{"mode": "slow"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a ConfigMap made again copied again", func() error {
+		cm, err := hostAdmin.CoreV1().ConfigMaps(hostNamespace).Get(c, hostCM, metav1.GetOptions{})
+		if err == nil && cm.Data["mode"] != "slow" {
+			err = fmt.Errorf("data %v", cm.Data)
+		}
+		return err
+	})
+	// An Opaque Secret's copy likewise.
+	if err := virtAdmin.CoreV1().Secrets(ns).Delete(c, "web-env", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the copy of a deleted Secret emptied", func() error {
+		sec, err := hostAdmin.CoreV1().Secrets(hostNamespace).Get(c, tr.HostName(translate.KindSecret, ns, "web-env"), metav1.GetOptions{})
+		if err == nil && len(sec.Data) != 0 {
+			err = fmt.Errorf("data keys %d", len(sec.Data))
+		}
+		return err
+	})
+
 	// Status flows back once the host kubelet runs the pod.
 	hostKubeletRuns(t, hp.Name, nil)
 	waitVirtualPhase(t, ns, "web-0", corev1.PodRunning, func(p *corev1.Pod) error {

@@ -86,6 +86,8 @@ type Syncer struct {
 type written struct {
 	hash string
 	at   time.Time
+	// secretType is a Secret copy's type, which an update cannot change.
+	secretType corev1.SecretType
 }
 
 type token struct {

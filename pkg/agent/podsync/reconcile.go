@@ -403,6 +403,9 @@ func (r *run) writeCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	for _, n := range refs.ConfigMaps {
 		v, err := r.vCMs.ConfigMaps(vpod.Namespace).Get(n)
 		if apierrors.IsNotFound(err) {
+			if err := r.emptyGone(ctx, vpod, hpod, "configmap", n); err != nil {
+				return err
+			}
 			continue
 		} else if err != nil {
 			return err
@@ -416,6 +419,9 @@ func (r *run) writeCopies(ctx context.Context, vpod, hpod *corev1.Pod) error {
 	for _, n := range refs.Secrets {
 		v, err := r.vSecrets.Secrets(vpod.Namespace).Get(n)
 		if apierrors.IsNotFound(err) {
+			if err := r.emptyGone(ctx, vpod, hpod, "secret", n); err != nil {
+				return err
+			}
 			continue
 		} else if err != nil {
 			return err
@@ -596,10 +602,50 @@ func (r *run) write(ctx context.Context, obj any) error {
 	if err != nil {
 		return fmt.Errorf("writing host %s %s: %w", kind, name, err)
 	}
+	w = written{hash: h, at: now}
+	if sec, ok := obj.(*corev1.Secret); ok {
+		w.secretType = sec.Type
+	}
 	r.mu.Lock()
-	r.written[key] = written{hash: h, at: now}
+	r.written[key] = w
 	r.mu.Unlock()
 	return nil
+}
+
+// emptyGone empties the host copy of a ConfigMap or Opaque Secret (kind
+// "configmap" or "secret") of the pod's namespace that the virtual cluster no
+// longer has, when the agent wrote one: the kubelet then takes its keys out
+// of the volumes that show it, as a kubelet does for an optional volume
+// whose object is deleted. The agent may not delete host ConfigMaps and
+// Secrets (its Role), and a copy goes with the last pod that owns it. A copy
+// never written is left alone: the host kubelet waits for it, or mounts an
+// optional one empty. Other Secret types keep their last keys (their type,
+// which an update cannot change, requires some).
+func (r *run) emptyGone(ctx context.Context, vpod, hpod *corev1.Pod, kind, name string) error {
+	meta := metav1.ObjectMeta{Namespace: vpod.Namespace, Name: name}
+	var obj any
+	var host string
+	switch kind {
+	case "configmap":
+		h := r.tr.HostConfigMap(&corev1.ConfigMap{ObjectMeta: meta})
+		obj, host = h, h.Name
+	case "secret":
+		h := r.tr.HostSecret(&corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque})
+		obj, host = h, h.Name
+	}
+	r.mu.Lock()
+	w, ok := r.written[kind+"/"+host]
+	r.mu.Unlock()
+	if !ok || (kind == "secret" && w.secretType != corev1.SecretTypeOpaque) {
+		return nil
+	}
+	switch h := obj.(type) {
+	case *corev1.ConfigMap:
+		h.OwnerReferences = r.owners(kind+"/"+host, hpod)
+	case *corev1.Secret:
+		h.OwnerReferences = r.owners(kind+"/"+host, hpod)
+	}
+	return r.write(ctx, obj)
 }
 
 // hashOf fingerprints what is written, owner references included.
