@@ -191,6 +191,11 @@ func policyPorts(proto corev1.Protocol, ports ...int32) []networkingv1.NetworkPo
 	return out
 }
 
+// nodePorts is the range of node ports the agent serves (TCP).
+func nodePorts() []networkingv1.NetworkPolicyPort {
+	return []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(layout.NodePortMin)), EndPort: ptr.To[int32](layout.NodePortMax)}}
+}
+
 // DesiredNetworkPolicies are c's NetworkPolicies, or nil when they are turned
 // off. Policies only ever allow, and a pod selected by one is denied what
 // none allows, so three policies split the namespace's pods by role:
@@ -248,6 +253,7 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults, t EgressTar
 				{To: []networkingv1.NetworkPolicyPeer{workloads}},
 				{To: []networkingv1.NetworkPolicyPeer{servers}, Ports: policyPorts(corev1.ProtocolTCP, layout.APIPort)},
 				{To: []networkingv1.NetworkPolicyPeer{agent}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
+				{To: []networkingv1.NetworkPolicyPeer{agent}, Ports: nodePorts()},
 			}),
 		},
 	}
@@ -287,9 +293,7 @@ func DesiredNetworkPolicies(c *v1beta1.Cluster, d IsolationDefaults, t EgressTar
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
 				{From: []networkingv1.NetworkPolicyPeer{servers, workloads}, Ports: policyPorts(corev1.ProtocolTCP, layout.AgentKubeletPort)},
 				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: append(policyPorts(corev1.ProtocolUDP, layout.AgentDNSPort), policyPorts(corev1.ProtocolTCP, layout.AgentDNSPort)...)},
-				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: []networkingv1.NetworkPolicyPort{
-					{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(layout.NodePortMin)), EndPort: ptr.To[int32](layout.NodePortMax)},
-				}},
+				{From: []networkingv1.NetworkPolicyPeer{workloads}, Ports: nodePorts()},
 			},
 			Egress: withOutside(append(agentEgress, endpointRules(t.HostAPI)...)),
 		},

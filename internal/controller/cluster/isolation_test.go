@@ -134,9 +134,10 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 		t.Errorf("workload policy types %v", w.Spec.PolicyTypes)
 	}
 	// Egress: own workloads (any port), own servers' API port only, own
-	// agent's DNS port only, then the outside blocks without the host networks.
+	// agent's DNS port and node ports only, then the outside blocks without
+	// the host networks.
 	e := w.Spec.Egress
-	if len(e) != 4 || e[0].To[0].PodSelector.MatchLabels[v1beta1.LabelManagedBy] != "k3k-kubelet" || len(e[0].Ports) != 0 {
+	if len(e) != 5 || e[0].To[0].PodSelector.MatchLabels[v1beta1.LabelManagedBy] != "k3k-kubelet" || len(e[0].Ports) != 0 {
 		t.Fatalf("egress %+v", e)
 	}
 	if e[1].To[0].PodSelector.MatchLabels[v1beta1.LabelComponent] != v1beta1.ComponentServer || len(e[1].Ports) != 1 || e[1].Ports[0].Port.IntVal != layout.APIPort {
@@ -145,7 +146,10 @@ func TestDesiredNetworkPolicies(t *testing.T) {
 	if e[2].To[0].PodSelector.MatchLabels[v1beta1.LabelComponent] != v1beta1.ComponentAgent || len(e[2].Ports) != 2 || e[2].Ports[0].Port.IntVal != layout.AgentDNSPort {
 		t.Errorf("egress to the agent %+v, want its DNS port only", e[2])
 	}
-	outside := e[3].To
+	if e[3].To[0].PodSelector.MatchLabels[v1beta1.LabelComponent] != v1beta1.ComponentAgent || len(e[3].Ports) != 1 || e[3].Ports[0].Port.IntVal != 30000 || *e[3].Ports[0].EndPort != 32767 {
+		t.Errorf("egress to the agent %+v, want its node ports 30000-32767", e[3])
+	}
+	outside := e[4].To
 	if len(outside) != 2 || outside[0].IPBlock.CIDR != "0.0.0.0/0" || !slices.Equal(outside[0].IPBlock.Except, []string{"10.244.0.0/16", "10.96.0.0/16"}) ||
 		outside[1].IPBlock.CIDR != "192.168.0.0/16" || len(outside[1].IPBlock.Except) != 0 {
 		t.Errorf("egress blocks %+v, want each with only the excepts inside it", outside)
