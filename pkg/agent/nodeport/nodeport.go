@@ -99,8 +99,8 @@ func New(cfg Config) *Relay {
 // Set makes targets the node ports of the Service under key (none forgets
 // it): listeners open for new node ports, close for ones no Service has any
 // more, and a changed backend applies to the next connection. The error
-// names the node ports that could not be opened; they are tried again on
-// the next Set.
+// names the node ports of targets that could not be opened; every port not
+// open is tried again on the next Set, of any Service.
 func (r *Relay) Set(key string, targets []Target) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -122,7 +122,7 @@ func (r *Relay) Set(key string, targets []Target) error {
 			r.cfg.Logger.V(1).Info("node port closed", "nodePort", port)
 		}
 	}
-	var errs []error
+	failed := map[int32]error{}
 	for port, backend := range want {
 		if l, ok := r.listeners[port]; ok {
 			l.backend = backend
@@ -130,13 +130,20 @@ func (r *Relay) Set(key string, targets []Target) error {
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(r.cfg.Address, strconv.Itoa(int(port))))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("node port %d: %w", port, err))
+			failed[port] = err
 			continue
 		}
 		l := &listener{ln: ln, backend: backend}
 		r.listeners[port] = l
 		go r.serve(l)
 		r.cfg.Logger.V(1).Info("node port open", "nodePort", port, "backend", backend.String())
+	}
+	// Only this Service's ports are its caller's to report.
+	var errs []error
+	for _, t := range targets {
+		if err, ok := failed[t.NodePort]; ok {
+			errs = append(errs, fmt.Errorf("node port %d: %w", t.NodePort, err))
+		}
 	}
 	return errors.Join(errs...)
 }

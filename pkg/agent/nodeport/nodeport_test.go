@@ -197,5 +197,17 @@ func TestRelay(t *testing.T) {
 		if got, err := ask(other, "still"); err != nil || got != "a: still\n" {
 			t.Fatalf("the other port: %q, %v", got, err)
 		}
+		// Another Service is not told of that Service's port.
+		if err := r.Set("shop/three", []Target{{NodePort: freePort(t), Backend: b}}); err != nil {
+			t.Fatalf("another Service's Set: %v", err)
+		}
+		// Once the port is free, the next Set opens it.
+		taken.Close()
+		if err := r.Set("shop/three", nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ask(busy, "now"); err != nil || got != "a: now\n" {
+			t.Fatalf("the freed port: %q, %v", got, err)
+		}
 	})
 }

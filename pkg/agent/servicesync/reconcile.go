@@ -227,14 +227,21 @@ func (r *run) syncSlices(ctx context.Context, ns, name string, hsvc *corev1.Serv
 			return p
 		},
 		ByIP: func(ip string) *corev1.Pod {
-			// One address is one pod's at a time among the agent's own.
+			// One address is one running pod's at a time; a finished pod
+			// may still list it.
 			found, _ := r.hPodsByIP.ByIndex(ipIndex, ip)
+			var finished *corev1.Pod
 			for _, o := range found {
-				if p, ok := o.(*corev1.Pod); ok {
+				p, ok := o.(*corev1.Pod)
+				switch {
+				case !ok:
+				case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+					finished = p
+				default:
 					return p
 				}
 			}
-			return nil
+			return finished // the translator drops it
 		},
 	}
 	keep := map[string]bool{}
