@@ -622,30 +622,27 @@ func (r *run) write(ctx context.Context, obj any) error {
 // optional one empty. Other Secret types keep their last keys (their type,
 // which an update cannot change, requires some).
 func (r *run) emptyGone(ctx context.Context, vpod, hpod *corev1.Pod, kind, name string) error {
-	meta := metav1.ObjectMeta{Namespace: vpod.Namespace, Name: name}
-	var obj any
-	var host string
-	switch kind {
-	case "configmap":
-		h := r.tr.HostConfigMap(&corev1.ConfigMap{ObjectMeta: meta})
-		obj, host = h, h.Name
-	case "secret":
-		h := r.tr.HostSecret(&corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque})
-		obj, host = h, h.Name
+	tk := translate.KindConfigMap
+	if kind == "secret" {
+		tk = translate.KindSecret
 	}
+	host := r.tr.HostName(tk, vpod.Namespace, name)
 	r.mu.Lock()
 	w, ok := r.written[kind+"/"+host]
 	r.mu.Unlock()
 	if !ok || (kind == "secret" && w.secretType != corev1.SecretTypeOpaque) {
 		return nil
 	}
-	switch h := obj.(type) {
-	case *corev1.ConfigMap:
-		h.OwnerReferences = r.owners(kind+"/"+host, hpod)
-	case *corev1.Secret:
-		h.OwnerReferences = r.owners(kind+"/"+host, hpod)
+	meta := metav1.ObjectMeta{Namespace: vpod.Namespace, Name: name}
+	owners := r.owners(kind+"/"+host, hpod)
+	if kind == "secret" {
+		h := r.tr.HostSecret(&corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque})
+		h.OwnerReferences = owners
+		return r.write(ctx, h)
 	}
-	return r.write(ctx, obj)
+	h := r.tr.HostConfigMap(&corev1.ConfigMap{ObjectMeta: meta})
+	h.OwnerReferences = owners
+	return r.write(ctx, h)
 }
 
 // hashOf fingerprints what is written, owner references included.
