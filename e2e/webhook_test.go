@@ -142,23 +142,34 @@ func TestWebhookAndAggregatedAPI(t *testing.T) {
 			}, metav1.CreateOptions{})
 			return err
 		})
-		// failurePolicy Fail: until the apiserver reaches the webhook, even an
-		// allowed ConfigMap is refused ("failed calling webhook").
+		// failurePolicy Fail: until the apiserver reaches the webhook, every
+		// ConfigMap is refused ("failed calling webhook"); until it has loaded
+		// the configuration, every ConfigMap is allowed. Neither proves the
+		// webhook is called, so wait for its own refusal: a Ready pod may still
+		// be unreachable from the server pod for a moment while the host's
+		// NetworkPolicy controller adds it to its rules (kube-router answers
+		// "connection refused" meanwhile; CI saw it once).
 		n := 0
-		eventually(t, 3*time.Minute, "the webhook to allow a plain ConfigMap", func(ctx context.Context) (bool, error) {
+		var err error
+		eventually(t, 3*time.Minute, "the webhook to refuse a labelled ConfigMap", func(ctx context.Context) (bool, error) {
 			n++
-			_, err := v.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("allowed-%d", n)}}, metav1.CreateOptions{})
-			return err == nil, err
+			_, err = v.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("refused-%d", n), Labels: map[string]string{"e2e.k3k.io/deny": "true"}}}, metav1.CreateOptions{})
+			if err == nil {
+				return false, fmt.Errorf("refused-%d was created: the configuration is not loaded yet", n)
+			}
+			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "denied by the e2e webhook served by") {
+				return true, nil
+			}
+			return false, err
 		})
-		_, err := v.client.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: "refused", Labels: map[string]string{"e2e.k3k.io/deny": "true"}}}, metav1.CreateOptions{})
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "denied by the e2e webhook served by") {
-			t.Fatalf("creating a ConfigMap the webhook denies: %v; want Forbidden by the e2e webhook", err)
+		if _, err := v.client.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "allowed"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating a ConfigMap the webhook allows: %v", err)
 		}
 		t.Logf("the virtual API server called the webhook: %v", err)
-		if _, err := v.client.CoreV1().ConfigMaps(ns).Get(context.Background(), "refused", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("the denied ConfigMap exists (err %v)", err)
+		if _, err := v.client.CoreV1().ConfigMaps(ns).Get(context.Background(), fmt.Sprintf("refused-%d", n), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the denied ConfigMap refused-%d exists (err %v)", n, err)
 		}
 	})
 
