@@ -108,6 +108,7 @@ func TestSharedAgent(t *testing.T) {
 		return true, nil
 	})
 	t.Logf("virtual Service shop/web serves through host Service %s (%s:80)", hostSvc.Name, hostSvc.Spec.ClusterIP)
+	testHostEvents(t, v, ns, virtualPod, hostPod)
 
 	if err := retry(func(ctx context.Context) error {
 		_, err := v.client.AppsV1().Deployments(ns).Create(ctx, clientDeployment(ns), metav1.CreateOptions{})

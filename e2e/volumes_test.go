@@ -37,6 +37,17 @@ func TestStatefulSetKeepsData(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The host's default class is the virtual cluster's (package classsync):
+	// the claim below names none and gets it.
+	const hostDefault = "hostcluster-hostpath"
+	eventually(t, 2*time.Minute, "the virtual StorageClass "+hostDefault+" marked default", func(ctx context.Context) (bool, error) {
+		sc, err := v.client.StorageV1().StorageClasses().Get(ctx, hostDefault, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		t.Logf("virtual StorageClass %s: provisioner %s, annotations %v, expansion %v", sc.Name, sc.Provisioner, sc.Annotations, ptr.Deref(sc.AllowVolumeExpansion, false))
+		return sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true", nil
+	})
 	labels := map[string]string{"app": "db"}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
@@ -89,6 +100,9 @@ func TestStatefulSetKeepsData(t *testing.T) {
 	}
 	if vc.Status.Phase != corev1.ClaimBound || vc.Spec.VolumeName == "" {
 		t.Fatalf("virtual claim %s, volume %q: want Bound", vc.Status.Phase, vc.Spec.VolumeName)
+	}
+	if got, host := ptr.Deref(vc.Spec.StorageClassName, ""), ptr.Deref(hostClaim.Spec.StorageClassName, ""); got != hostDefault || host != hostDefault {
+		t.Errorf("virtual claim of class %q, host claim of class %q: want the host's default %s on both", got, host, hostDefault)
 	}
 	eventually(t, time.Minute, "the virtual volume names the host claim and host volume", func(ctx context.Context) (bool, error) {
 		pv, err := v.client.CoreV1().PersistentVolumes().Get(ctx, vc.Spec.VolumeName, metav1.GetOptions{})

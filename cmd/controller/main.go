@@ -53,6 +53,7 @@ type agentFlags struct {
 	appArmorProfiles               string
 	defaultRequests, defaultLimits string
 	alwaysPullImages               bool
+	storageClassCopies             bool
 	userNamespaces                 string
 }
 
@@ -152,6 +153,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.agent.appArmorProfiles, "agent-apparmor-localhost-profiles", "", "comma-separated Localhost AppArmor profiles workloads may name, passed to every agent; empty: none")
 	fs.StringVar(&o.agent.defaultRequests, "agent-default-requests", "", "requests of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (cpu=10m,memory=32Mi)")
 	fs.StringVar(&o.agent.defaultLimits, "agent-default-limits", "", "limits of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (memory=512Mi)")
+	fs.BoolVar(&o.agent.storageClassCopies, "agent-storage-class-copies", true, "agents show the host storage classes a Cluster's claims may name (its spec.storageClasses and the host's default) as StorageClasses in the virtual cluster, the default marked and expansion as the host class allows; reads the host's StorageClasses (list, watch). false passes --storage-class-copies=false to every agent")
 	fs.BoolVar(&o.agent.alwaysPullImages, "agent-always-pull-images", true, "agents give every workload container the pull policy Always, so a node checks the pod's own credentials before running a cached image; false passes --always-pull-images=false to every agent (hosts whose images are loaded into the nodes)")
 	fs.StringVar(&o.agent.userNamespaces, "agent-user-namespaces", "auto", "whether agents run workloads in user namespaces (hostUsers: false): auto, for each Cluster while every node its workloads may run on reports runtime support (reads Nodes); true, always; false, never")
 	fs.BoolVar(&o.cfg.Agent.AllowRegistryAddresses, "agent-allow-registry-addresses", false, "let workload images name their registry by IP, localhost or a one-label name (passes --allow-registry-addresses to every agent); refused by default")
@@ -246,6 +248,7 @@ var hostDomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([
 func (f agentFlags) apply(d *cluster.AgentDefaults) error {
 	d.DisableSeccompDefault = !f.seccompDefault
 	d.DisableAlwaysPullImages = !f.alwaysPullImages
+	d.DisableStorageClassCopies = !f.storageClassCopies
 	d.SeccompLocalhostProfiles = splitList(f.seccompProfiles)
 	d.AppArmorLocalhostProfiles = splitList(f.appArmorProfiles)
 	mode, err := cluster.ParseUserNamespacesMode(f.userNamespaces)
@@ -354,6 +357,9 @@ func run(o *options) error {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	if err := cluster.CheckUserNamespacesAccess(ctx, mgr.GetClient(), o.cfg); err != nil {
+		return err
+	}
+	if err := cluster.CheckStorageClassAccess(ctx, mgr.GetClient(), o.cfg); err != nil {
 		return err
 	}
 	if err := lookupHostServiceCIDR(ctx, mgr.GetAPIReader(), &o.cfg); err != nil {

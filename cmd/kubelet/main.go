@@ -59,6 +59,9 @@ type options struct {
 	resync                                 time.Duration
 	podSecurityLevel                       string
 	storageClasses                         []string
+	defaultStorageClass                    string
+	expandableStorageClasses               []string
+	storageClassCopies                     bool
 	syncIngresses                          bool
 	serveNodePorts                         bool
 	ingressClasses                         map[string]string
@@ -126,6 +129,9 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often every pod is reconciled without an event")
 	f.StringVar(&o.podSecurityLevel, "pod-security-level", podsecurity.Baseline, "Pod Security Standards level every host pod must meet: baseline, restricted or privileged (the controller passes the Cluster's spec.podSecurityLevel, privileged only where the host administrator allowed it)")
 	f.StringSliceVar(&o.storageClasses, "storage-classes", nil, "storage classes PersistentVolumeClaims and generic ephemeral volumes may name, besides the host's default (none by default; the controller passes the Cluster's spec.storageClasses)")
+	f.StringVar(&o.defaultStorageClass, "default-storage-class", "", "the host's default storage class by name (the controller passes it when the host has one): claims may name it, and its virtual copy is the virtual cluster's default")
+	f.StringSliceVar(&o.expandableStorageClasses, "expandable-storage-classes", nil, "of the classes above, those whose host class allows volume expansion (the controller passes them): their virtual copies allow it too")
+	f.BoolVar(&o.storageClassCopies, "storage-class-copies", true, "show the storage classes claims may name (--storage-classes, --default-storage-class) as StorageClasses in the virtual cluster; a class of the same name its admin made is left alone")
 	f.BoolVar(&o.serveNodePorts, "serve-node-ports", true, "serve the node ports of NodePort and LoadBalancer Services (TCP) at the agent's own address, the node's InternalIP, relayed to their host copies; reachable by the virtual cluster's pods only, never opened on a host node")
 	f.BoolVar(&o.syncIngresses, "sync-ingresses", false, "copy the virtual cluster's Ingresses to the host namespace (the controller passes the Cluster's spec.ingresses.enabled)")
 	f.StringToStringVar(&o.ingressClasses, "ingress-classes", nil, "virtual=host ingress class pairs an Ingress may name; one without a class gets the host's default, others are refused")
@@ -180,10 +186,12 @@ func agentConfig(o options) (agent.Config, error) {
 			ClusterDNS:    o.clusterDNS,
 			ClusterDomain: o.clusterDomain,
 
-			PodSecurityLevel: o.podSecurityLevel,
-			StorageClasses:   o.storageClasses,
-			IngressClasses:   o.ingressClasses,
-			IngressHosts:     o.ingressHosts,
+			PodSecurityLevel:         o.podSecurityLevel,
+			StorageClasses:           o.storageClasses,
+			DefaultStorageClass:      o.defaultStorageClass,
+			ExpandableStorageClasses: o.expandableStorageClasses,
+			IngressClasses:           o.ingressClasses,
+			IngressHosts:             o.ingressHosts,
 
 			DisableSeccompDefault:            !o.seccompDefault,
 			SeccompLocalhostProfiles:         o.seccompLocalhostProfiles,
@@ -201,9 +209,10 @@ func agentConfig(o options) (agent.Config, error) {
 			KubeletPort: o.kubeletPort,
 			Capacity:    capacity,
 		},
-		Resync:        o.resync,
-		SyncIngresses: o.syncIngresses,
-		HostDomain:    o.hostClusterDomain,
+		Resync:             o.resync,
+		SyncIngresses:      o.syncIngresses,
+		StorageClassCopies: o.storageClassCopies,
+		HostDomain:         o.hostClusterDomain,
 	}
 	if o.clusterUID != "" {
 		cfg.Translate.OwnerReferences = []metav1.OwnerReference{{

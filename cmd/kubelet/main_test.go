@@ -79,7 +79,7 @@ func TestClusterSettingsReachTheAgent(t *testing.T) {
 		var o options
 		cmd := &cobra.Command{}
 		bindFlags(cmd, &o)
-		if err := cmd.ParseFlags(cluster.AgentArgs(c, cluster.Config{}, false)[1:]); err != nil {
+		if err := cmd.ParseFlags(cluster.AgentArgs(c, cluster.Config{}, cluster.AgentHost{})[1:]); err != nil {
 			t.Fatal(err)
 		}
 		return o

@@ -72,9 +72,10 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
 				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-apparmor-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",
 				"--host-cluster-domain=cluster.local", "--host-service-cidr=", "--agent-always-pull-images=true", "--agent-allow-registry-addresses=false",
-				"--zap-log-level=info")
+				"--agent-storage-class-copies=true", "--zap-log-level=info")
 			hostAPIRole(t, objs)
 			serviceCIDRRole(t, objs)
+			storageClassRole(t, objs)
 			if len(c.Env) != 0 {
 				t.Errorf("controller env %v without extraEnv, want none", c.Env)
 			}
@@ -121,14 +122,15 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			wantArgs(t, d, "--watch-namespaces=team-a,team-b")
 			// Only the agent's and the backup Jobs' ClusterRoles, which grant
 			// nothing until the controller binds them in a watched namespace,
-			// reading Nodes (userNamespaces auto, the default) and the host's
-			// default ServiceCIDR (hostServiceCIDR empty), which are
-			// cluster-wide.
-			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 6 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil ||
+			// reading Nodes (userNamespaces auto, the default), the host's
+			// default ServiceCIDR (hostServiceCIDR empty) and StorageClasses
+			// (storageClassCopies, the default), which are cluster-wide.
+			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 8 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil ||
 				find(objs, "ClusterRole", "", release+"-nodes") == nil || find(objs, "ClusterRoleBinding", "", release+"-nodes") == nil {
-				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s, %s, %s-nodes and %s-service-cidr (bound)", n, agentRole, backupExecRole, release, release)
+				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s, %s, %s-nodes, %s-service-cidr and %s-storage-classes (bound)", n, agentRole, backupExecRole, release, release, release)
 			}
 			serviceCIDRRole(t, objs)
+			storageClassRole(t, objs)
 			var nodes rbacv1.ClusterRole
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(objs, "ClusterRole", "", release+"-nodes").Object, &nodes); err != nil {
 				t.Fatal(err)
@@ -150,10 +152,13 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json", "--agent-apparmor-localhost-profiles=k3k-audited,tenant-web",
 				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal",
-				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false", "--host-service-cidr=10.96.0.0/12")
+				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false", "--host-service-cidr=10.96.0.0/12",
+				"--agent-storage-class-copies=false")
 			// Nodes are read only to decide user namespaces (auto), the
-			// ServiceCIDR only when hostServiceCIDR does not name the network.
-			if n := kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", release+"-nodes") != nil || find(objs, "ClusterRole", "", release+"-service-cidr") != nil {
+			// ServiceCIDR only when hostServiceCIDR does not name the network,
+			// StorageClasses only for the agents' copies.
+			if n := kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", release+"-nodes") != nil || find(objs, "ClusterRole", "", release+"-service-cidr") != nil ||
+				find(objs, "ClusterRole", "", release+"-storage-classes") != nil {
 				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v, the service-cidr one %v: want only the controller's own binding with userNamespaces false and hostServiceCIDR set",
 					n, find(objs, "ClusterRole", "", release+"-nodes") != nil, find(objs, "ClusterRole", "", release+"-service-cidr") != nil)
 			}
@@ -265,6 +270,24 @@ func serviceCIDRRole(t *testing.T, objs []*unstructured.Unstructured) {
 	want := []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, ResourceNames: []string{cluster.DefaultServiceCIDRName}, Verbs: []string{"get"}}}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("the service-cidr ClusterRole grants more than reading the default ServiceCIDR (-want +got):\n%s", diff)
+	}
+}
+
+// storageClassRole checks the ClusterRole that lets the controller read the
+// host's StorageClasses (for the agents' copies), and nothing else.
+func storageClassRole(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	o := find(objs, "ClusterRole", "", release+"-storage-classes")
+	if o == nil || find(objs, "ClusterRoleBinding", "", release+"-storage-classes") == nil {
+		t.Fatalf("no ClusterRole and binding %s-storage-classes with storageClassCopies on", release)
+	}
+	var role rbacv1.ClusterRole
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}}}
+	if diff := cmp.Diff(want, role.Rules); diff != "" {
+		t.Errorf("the storage-classes ClusterRole grants more than reading StorageClasses (-want +got):\n%s", diff)
 	}
 }
 

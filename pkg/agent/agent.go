@@ -6,7 +6,9 @@
 // Services and EndpointSlices next to those pods, so they are reachable
 // through host Services; package volumesync gives their PersistentVolumeClaims
 // host claims and virtual PersistentVolumes, and package ingresssync, when
-// the Cluster asks for it, their Ingresses host Ingresses.
+// the Cluster asks for it, their Ingresses host Ingresses; package eventsync
+// shows the host's Events about the host pods on the virtual pods, and
+// package classsync the storage classes claims may name as StorageClasses.
 //
 // It is built from plain client-go informers and work queues rather than
 // github.com/virtual-kubelet/virtual-kubelet. That library fits our Kubernetes
@@ -42,7 +44,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/k3k-io/k3k/pkg/agent/classsync"
 	"github.com/k3k-io/k3k/pkg/agent/dnsserver"
+	"github.com/k3k-io/k3k/pkg/agent/eventsync"
 	"github.com/k3k-io/k3k/pkg/agent/ingresssync"
 	"github.com/k3k-io/k3k/pkg/agent/kubeletapi"
 	"github.com/k3k-io/k3k/pkg/agent/node"
@@ -76,6 +80,9 @@ type Config struct {
 	// SyncIngresses copies the virtual cluster's Ingresses to the host
 	// (package ingresssync), with the classes Translate.IngressClasses maps.
 	SyncIngresses bool
+	// StorageClassCopies shows the storage classes claims may name as
+	// StorageClasses in the virtual cluster (package classsync).
+	StorageClassCopies bool
 	// NodePorts, when set, serves the node ports of the virtual cluster's
 	// NodePort and LoadBalancer Services at the agent's own address (the
 	// node's InternalIP), relayed to their host copies (package nodeport).
@@ -96,6 +103,8 @@ type Agent struct {
 	svcs  *servicesync.Syncer
 	vols  *volumesync.Syncer
 	ings  *ingresssync.Syncer // nil unless Config.SyncIngresses
+	evs   *eventsync.Syncer
+	cls   *classsync.Syncer // nil unless Config.StorageClassCopies
 	creds chan *rest.Config
 
 	mu      sync.Mutex
@@ -142,7 +151,16 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, tr: tr, node: n, pods: pods, svcs: svcs, vols: vols, creds: make(chan *rest.Config, 1)}
+	evs, err := eventsync.New(eventsync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, tr: tr, node: n, pods: pods, svcs: svcs, vols: vols, evs: evs, creds: make(chan *rest.Config, 1)}
+	if cfg.StorageClassCopies {
+		if a.cls, err = classsync.New(classsync.Config{Translator: tr, Resync: cfg.Resync}); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.SyncIngresses {
 		if a.ings, err = ingresssync.New(ingresssync.Config{Translator: tr, Host: cfg.Host, Resync: cfg.Resync}); err != nil {
 			return nil, err
@@ -200,6 +218,20 @@ func (a *Agent) ServiceReconciled(key string) uint64 { return a.svcs.Reconciled(
 // PersistentVolumeClaim (key "namespace/name") while it exists.
 func (a *Agent) ClaimReconciled(key string) uint64 { return a.vols.Reconciled(key) }
 
+// HostEventReconciled counts the completed passes over one host Event (key
+// "namespace/name" in the host namespace) while it exists.
+func (a *Agent) HostEventReconciled(key string) uint64 { return a.evs.Reconciled(key) }
+
+// StorageClassReconciled counts the completed passes over one virtual
+// StorageClass name while the class exists; always 0 without
+// StorageClassCopies.
+func (a *Agent) StorageClassReconciled(name string) uint64 {
+	if a.cls == nil {
+		return 0
+	}
+	return a.cls.Reconciled(name)
+}
+
 // IngressReconciled counts the completed passes over one virtual Ingress
 // (key "namespace/name") while it exists; always 0 without SyncIngresses.
 func (a *Agent) IngressReconciled(key string) uint64 {
@@ -237,8 +269,14 @@ func (a *Agent) Run(ctx context.Context, initial *rest.Config) error {
 		wg.Go(func() { keepRunning(inner, "pod sync", a.pods.Run, client) })
 		wg.Go(func() { keepRunning(inner, "service sync", a.svcs.Run, client) })
 		wg.Go(func() { keepRunning(inner, "volume sync", a.vols.Run, client) })
+		// Not part of Ready: the pods run whether or not the host's Events
+		// about them are shown.
+		wg.Go(func() { keepRunning(inner, "event sync", a.evs.Run, client) })
 		if a.ings != nil {
 			wg.Go(func() { keepRunning(inner, "ingress sync", a.ings.Run, client) })
+		}
+		if a.cls != nil {
+			wg.Go(func() { keepRunning(inner, "storage class sync", a.cls.Run, client) })
 		}
 		select {
 		case <-ctx.Done():

@@ -11,28 +11,33 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/agent/volumesync"
 )
 
-// expandableClass makes the allowed class on both sides, allowing expansion:
-// the virtual apiserver's resize admission asks the virtual class, the
-// host's the host class.
+// expandableClass makes the allowed class on the host, allowing expansion,
+// and waits for the agent's virtual copy of it (package classsync), which
+// allows it too: the virtual apiserver's resize admission asks the virtual
+// class, the host's the host class.
 func expandableClass(t *testing.T) {
 	t.Helper()
-	for _, c := range []kubernetes.Interface{hostAdmin, virtAdmin} {
-		_, err := c.StorageV1().StorageClasses().Create(ctx(t), &storagev1.StorageClass{
-			ObjectMeta:           metav1.ObjectMeta{Name: allowedClass},
-			Provisioner:          "example.com/fast",
-			AllowVolumeExpansion: ptr.To(true),
-		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
+	_, err := hostAdmin.StorageV1().StorageClasses().Create(ctx(t), &storagev1.StorageClass{
+		ObjectMeta:           metav1.ObjectMeta{Name: allowedClass},
+		Provisioner:          "example.com/fast",
+		AllowVolumeExpansion: ptr.To(true),
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
 	}
+	eventually(t, "the virtual copy of class "+allowedClass+" allowing expansion", func() error {
+		c, err := virtAdmin.StorageV1().StorageClasses().Get(ctx(t), allowedClass, metav1.GetOptions{})
+		if err == nil && !ptr.Deref(c.AllowVolumeExpansion, false) {
+			err = fmt.Errorf("allowVolumeExpansion %v", c.AllowVolumeExpansion)
+		}
+		return err
+	})
 }
 
 func claim(ns, name string, mutate ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {

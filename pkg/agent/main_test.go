@@ -151,8 +151,11 @@ func run(m *testing.M) int {
 		ClusterName: clusterName, HostNamespace: hostNamespace, NodeName: nodeName, APIServer: virtualAPIService,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "k3k.io/v1beta1", Kind: "Cluster", Name: clusterName, UID: c.UID}},
 		StorageClasses:  []string{allowedClass},
-		IngressClasses:  map[string]string{virtualIngressClass: hostIngressClass},
-		IngressHosts:    []string{"shop.example.com", "*.shop.example.com"},
+		// The host class allows expansion (expandableClass makes it so), as
+		// the controller would tell the agent.
+		ExpandableStorageClasses: []string{allowedClass},
+		IngressClasses:           map[string]string{virtualIngressClass: hostIngressClass},
+		IngressHosts:             []string{"shop.example.com", "*.shop.example.com"},
 		// The agent binary's flag defaults.
 		DefaultRequests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 		DefaultLimits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
@@ -190,6 +193,7 @@ func run(m *testing.M) int {
 	cfg := agent.Config{
 		Translate:            tcfg,
 		SyncIngresses:        true,
+		StorageClassCopies:   true,
 		Node:                 node.Config{InternalIP: "127.0.0.1", LeaseDuration: 8 * time.Second, StatusInterval: 20 * time.Second},
 		Host:                 kubernetes.NewForConfigOrDie(agentHost),
 		HostConfig:           agentHost,

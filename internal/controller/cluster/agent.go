@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -83,7 +84,7 @@ func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
 // pods/exec, pods/attach and pods/portforward (create for a SPDY upgrade,
 // which is a POST, get for a websocket one) answer `kubectl exec/attach/port-forward`, limited by the guard to
 // the agent's own pods. No pods/status (the host kubelet writes it), no
-// events, no access outside the namespace.
+// access outside the namespace.
 //
 // Services and EndpointSlices (discovery.k8s.io): the host copies of the
 // virtual cluster's Services, without selectors, with slices the agent writes
@@ -104,6 +105,12 @@ func DesiredAgentServiceAccount(c *v1beta1.Cluster) *corev1.ServiceAccount {
 // Ingresses when the Cluster enables them, watched like Services; no
 // ingresses/status (the host's ingress controller writes it). The guard
 // holds their backends and TLS Secrets to the agent's own copies.
+//
+// Events: read only, to show what the host says about the agent's pods on
+// the virtual pods (pkg/agent/eventsync). RBAC cannot narrow a list to the
+// Events about some pods, so the agent can read every Event of the
+// namespace, the servers' and the controller's included; they hold no secret,
+// and the agent already reads the pods they mostly describe. It writes none.
 func AgentRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
@@ -114,6 +121,7 @@ func AgentRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
 	}
 }
 
@@ -138,6 +146,16 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 	}
 }
 
+// AgentHost is what the controller read of the host for an agent's command
+// line.
+type AgentHost struct {
+	// UserNamespaces is the decision of userNamespacesCondition.
+	UserNamespaces bool
+	// StorageClasses are the host's StorageClasses (none unless
+	// Config.readsStorageClasses).
+	StorageClasses []storagev1.StorageClass
+}
+
 // AgentArgs is the agent's command line. The Cluster's UID makes the Cluster
 // the owner of every host pod, so they go with it. The API Service is how the
 // virtual cluster's pods reach their API from the host (the host kubelet
@@ -145,12 +163,12 @@ func DesiredAgentRoleBinding(c *v1beta1.Cluster, clusterRole string) *rbacv1.Rol
 //
 // The Pod Security level is the Cluster's (AgentPodSecurityLevel); the agent
 // guard holds the agent to the same level at the host API. The storage
-// classes claims may name are the Cluster's spec.storageClasses; Ingresses
-// are copied with spec.ingresses; spec.maxTerminationGracePeriodSeconds caps
-// the workloads' grace periods. The host administrator's AgentDefaults
-// follow the Cluster's flags; userNamespaces is the decision of
-// userNamespacesCondition.
-func AgentArgs(c *v1beta1.Cluster, cfg Config, userNamespaces bool) []string {
+// classes claims may name are the Cluster's spec.storageClasses, described
+// by the host's classes (storageClassArgs); Ingresses are copied with
+// spec.ingresses; spec.maxTerminationGracePeriodSeconds caps the workloads'
+// grace periods. The host administrator's AgentDefaults follow the
+// Cluster's flags; host says what the controller read of the host.
+func AgentArgs(c *v1beta1.Cluster, cfg Config, host AgentHost) []string {
 	args := []string{
 		layout.AgentBinary,
 		"--cluster-name=" + c.Name,
@@ -187,7 +205,10 @@ func AgentArgs(c *v1beta1.Cluster, cfg Config, userNamespaces bool) []string {
 	if n := c.Spec.MaxTerminationGracePeriodSeconds; n != nil {
 		args = append(args, "--max-termination-grace-period-seconds="+strconv.FormatInt(*n, 10))
 	}
-	if userNamespaces {
+	if cfg.readsStorageClasses() {
+		args = append(args, storageClassArgs(c.Spec.StorageClasses, host.StorageClasses)...)
+	}
+	if host.UserNamespaces {
 		args = append(args, "--user-namespaces")
 	}
 	return append(args, agentDefaultsArgs(cfg.Agent)...)
@@ -216,6 +237,9 @@ func agentDefaultsArgs(d AgentDefaults) []string {
 	}
 	if d.DisableAlwaysPullImages {
 		args = append(args, "--always-pull-images=false")
+	}
+	if d.DisableStorageClassCopies {
+		args = append(args, "--storage-class-copies=false")
 	}
 	if d.AllowRegistryAddresses {
 		args = append(args, "--allow-registry-addresses")
@@ -259,7 +283,7 @@ func AgentPodSecurityLevel(c *v1beta1.Cluster, cfg Config) v1beta1.PodSecurityLe
 // DesiredAgentDeployment runs one agent. One replica with the Recreate
 // strategy: two agents registering the same node would fight over its Lease
 // and over the host pods, so the old one is gone before the new one starts.
-func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config, userNamespaces bool) *appsv1.Deployment {
+func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config, host AgentHost) *appsv1.Deployment {
 	n := layout.NamesFor(c)
 	var pullSecrets []corev1.LocalObjectReference
 	for _, name := range cfg.PullSecrets {
@@ -290,7 +314,7 @@ func DesiredAgentDeployment(c *v1beta1.Cluster, cfg Config, userNamespaces bool)
 						Name:            "kubelet",
 						Image:           cfg.AgentImage,
 						ImagePullPolicy: cfg.PullPolicy,
-						Command:         AgentArgs(c, cfg, userNamespaces),
+						Command:         AgentArgs(c, cfg, host),
 						Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
 						}}},

@@ -24,7 +24,7 @@ func TestAgentDeployment(t *testing.T) {
 	c := sampleCluster()
 	c.UID = "cluster-uid"
 	c.Spec.NodeSelector = map[string]string{"pool": "tenants"}
-	d := DesiredAgentDeployment(c, testConfig, false)
+	d := DesiredAgentDeployment(c, testConfig, AgentHost{})
 
 	if d.Name != "k3k-demo-kubelet" || d.Namespace != "tenants" {
 		t.Errorf("name = %s/%s", d.Namespace, d.Name)
@@ -71,7 +71,7 @@ func TestAgentDeployment(t *testing.T) {
 func TestAgentDNSService(t *testing.T) {
 	c := sampleCluster()
 	svc := DesiredAgentDNSService(c)
-	d := DesiredAgentDeployment(c, testConfig, false)
+	d := DesiredAgentDeployment(c, testConfig, AgentHost{})
 	if svc.Name != "k3k-demo-dns" || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		t.Errorf("service %s of type %s", svc.Name, svc.Spec.Type)
 	}
@@ -248,7 +248,7 @@ func TestAgentPodSecurityLevel(t *testing.T) {
 			if got := AgentPodSecurityLevel(c, cfg); got != tc.want {
 				t.Errorf("level %q, want %q", got, tc.want)
 			}
-			args := AgentArgs(c, cfg, false)
+			args := AgentArgs(c, cfg, AgentHost{})
 			if last := args[len(args)-1]; last != "--pod-security-level="+string(tc.want) {
 				t.Errorf("agent argument %q", last)
 			}
@@ -261,7 +261,7 @@ func TestAgentPodSecurityLevel(t *testing.T) {
 // and nothing is added otherwise, so the Deployments of existing agents do
 // not change on an upgrade.
 func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
-	base := AgentArgs(sampleCluster(), testConfig, false)
+	base := AgentArgs(sampleCluster(), testConfig, AgentHost{})
 	cases := []struct {
 		name    string
 		cluster func(*v1beta1.Cluster)
@@ -299,7 +299,7 @@ func TestAgentArgsPassOnlyWhatIsSet(t *testing.T) {
 			}
 			cfg := testConfig
 			cfg.Agent = tc.agent
-			got := AgentArgs(c, cfg, tc.userns)
+			got := AgentArgs(c, cfg, AgentHost{UserNamespaces: tc.userns})
 			if diff := cmp.Diff(base, got[:min(len(base), len(got))]); diff != "" {
 				t.Fatalf("the Cluster's own flags changed (-want +got):\n%s", diff)
 			}

@@ -15,6 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -391,7 +392,15 @@ func (r *Reconciler) reconcileAgent(ctx context.Context, c *v1beta1.Cluster, o *
 		return ctrl.Result{}, err
 	}
 	o.userNamespaces = &userns
-	agent := DesiredAgentDeployment(c, r.Config, userns.ok)
+	host := AgentHost{UserNamespaces: userns.ok}
+	if r.Config.readsStorageClasses() {
+		list := &storagev1.StorageClassList{}
+		if err := r.Client.List(ctx, list); err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading the host's StorageClasses, which the agent shows in the virtual cluster (sharedAgent.storageClassCopies): %w", err)
+		}
+		host.StorageClasses = list.Items
+	}
+	agent := DesiredAgentDeployment(c, r.Config, host)
 	if paused(c, o.settings) {
 		agent.Spec.Replicas = ptr.To(int32(0))
 	}
@@ -589,7 +598,8 @@ func (r *Reconciler) allClusters(ctx context.Context, why string) []reconcile.Re
 
 // SetupWithManager registers the reconciler: Clusters, the objects they own,
 // their server pods and volumes (owned by the StatefulSet, so mapped back
-// by label), and the host API's EndpointSlices (every Cluster).
+// by label), the host API's EndpointSlices (every Cluster), and, where
+// they decide something, Nodes and StorageClasses (every Cluster).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	registerBackupMetrics()
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
@@ -625,6 +635,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// them only for auto.
 	if r.Config.readsNodes() {
 		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.everyClusterForNode), builder.WithPredicates(nodeChanged))
+	}
+	if r.Config.readsStorageClasses() {
+		b = b.Watches(&storagev1.StorageClass{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return r.allClusters(ctx, "a change of the host's StorageClasses")
+		}))
 	}
 	return b.Complete(r)
 }

@@ -104,6 +104,10 @@ type AgentDefaults struct {
 	// image another tenant's credentials brought into a node's cache. For
 	// hosts whose images are loaded into the nodes, never pulled.
 	DisableAlwaysPullImages bool
+	// DisableStorageClassCopies passes --storage-class-copies=false: the
+	// virtual clusters show no StorageClasses, and the controller does not
+	// read the host's (storageclass.go).
+	DisableStorageClassCopies bool
 	// AllowRegistryAddresses passes --allow-registry-addresses: images may
 	// name their registry by IP, localhost or a one-label name.
 	AllowRegistryAddresses bool

@@ -159,17 +159,9 @@ func CheckUserNamespacesAccess(ctx context.Context, c client.Client, cfg Config)
 	if !cfg.readsNodes() {
 		return nil
 	}
-	var denied []string
-	for _, verb := range []string{"list", "watch"} {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "nodes"},
-		}}
-		if err := c.Create(ctx, review); err != nil {
-			return fmt.Errorf("asking whether this controller may %s Nodes (--agent-user-namespaces=auto reads them): %w", verb, err)
-		}
-		if !review.Status.Allowed {
-			denied = append(denied, verb)
-		}
+	denied, err := deniedListWatch(ctx, c, "", "nodes")
+	if err != nil {
+		return fmt.Errorf("asking whether this controller may read Nodes (--agent-user-namespaces=auto reads them): %w", err)
 	}
 	if len(denied) > 0 {
 		return fmt.Errorf("--agent-user-namespaces=auto reads the Nodes' runtime support, but this controller may not %s Nodes: "+
@@ -177,4 +169,23 @@ func CheckUserNamespacesAccess(ctx context.Context, c client.Client, cfg Config)
 			"or set --agent-user-namespaces (sharedAgent.userNamespaces) to true or false", strings.Join(denied, " or "))
 	}
 	return nil
+}
+
+// deniedListWatch asks the host which of list and watch on the
+// cluster-scoped resource of group the controller is denied: the verbs an
+// informer needs, without which it never syncs.
+func deniedListWatch(ctx context.Context, c client.Client, group, resource string) ([]string, error) {
+	var denied []string
+	for _, verb := range []string{"list", "watch"} {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource},
+		}}
+		if err := c.Create(ctx, review); err != nil {
+			return nil, err
+		}
+		if !review.Status.Allowed {
+			denied = append(denied, verb)
+		}
+	}
+	return denied, nil
 }

@@ -90,8 +90,9 @@ func (t *Translator) ClaimProblems(v *corev1.PersistentVolumeClaim) []string {
 }
 
 // storageClassProblem says why a storage class may not be asked of the host,
-// or "" when it may: unset (the host's default) or one the host
-// administrator allowed (Config.StorageClasses).
+// or "" when it may: unset or the host's default by name
+// (Config.DefaultStorageClass), or one the host administrator allowed
+// (Config.StorageClasses).
 func (t *Translator) storageClassProblem(c *string) string {
 	switch {
 	case c == nil:
@@ -101,7 +102,7 @@ func (t *Translator) storageClassProblem(c *string) string {
 		// class: any such PersistentVolume of the host (NFS, hostPath, a local
 		// disk made by hand) whose size and access mode fit would be bound.
 		return `storage class "" (no class) would bind a pre-provisioned host volume; leave storageClassName unset for the host's default class`
-	case !contains(t.cfg.StorageClasses, *c):
+	case *c != t.cfg.DefaultStorageClass && !contains(t.cfg.StorageClasses, *c):
 		return fmt.Sprintf("storage class %q is not one the host administrator allowed (%s)", *c, allowedClasses(t.cfg.StorageClasses))
 	}
 	return ""

@@ -80,6 +80,15 @@ type Config struct {
 	// generic ephemeral volume may name. A claim without a class (the host's
 	// default) is always allowed; the class "" never is.
 	StorageClasses []string
+	// DefaultStorageClass is the name of the host's default storage class,
+	// when the controller found one: claims may name it as well, and the
+	// virtual cluster's copy of it is its default (VirtualStorageClasses), so
+	// a claim without a class gets its name from the virtual API server.
+	DefaultStorageClass string
+	// ExpandableStorageClasses are the classes (of StorageClasses and
+	// DefaultStorageClass) whose host class allows volume expansion: their
+	// virtual copies do too, so the virtual API server lets a claim grow.
+	ExpandableStorageClasses []string
 	// IngressClasses maps the ingress classes a virtual Ingress may name to
 	// host IngressClasses. An Ingress without a class gets the host's
 	// default; one naming a class not in the map is refused.
