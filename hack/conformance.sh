@@ -144,11 +144,17 @@ build_images() {
   # allowed to escalate privileges runs it as root.
   install -m 4755 "$TOOLS/nonewprivs" "$work/nnp"
   "$mk" -o "$IMAGES/nonewprivs.tar" -t "$E2E_REGISTRY/nonewprivs:1.3" -cmd nnp /usr/local/bin/nnp="$work/nnp" "${busybox[@]}"
-  # httpd and nginx: tests only need something serving / on port 80.
-  local web
+  # httpd and nginx: busybox httpd on port 80, serving from the document
+  # root of the image it stands in for: the StatefulSet tests break a pod's
+  # readiness by moving /usr/local/apache2/htdocs/index.html away (and back).
+  local web root
   for web in httpd:2.4.38-4 httpd:2.4.39-4 nginx:1.14-4 nginx:1.15-4; do
-    "$mk" -o "$IMAGES/${web/:/-}.tar" -t "$E2E_REGISTRY/$web" -entrypoint "/bin/httpd -f -p 80 -h /htdocs" \
-      /htdocs/index.html="$work/htdocs/index.html" "${busybox[@]}"
+    case $web in
+      httpd:*) root=/usr/local/apache2/htdocs ;;
+      *) root=/usr/share/nginx/html ;;
+    esac
+    "$mk" -o "$IMAGES/${web/:/-}.tar" -t "$E2E_REGISTRY/$web" -entrypoint "/bin/httpd -f -p 80 -h $root" \
+      "$root/index.html=$work/htdocs/index.html" "${busybox[@]}"
   done
   # kitten and nautilus are agnhost's test-webserver with a picture.
   local pet

@@ -191,6 +191,20 @@ func TestServiceSyncedToTheHost(t *testing.T) {
 	if n, err := countVirtualEvents(c, ns, "web", func(e corev1.Event) bool { return e.Reason == translate.ReasonClusterIPNotRouted }); err != nil || n != 0 {
 		t.Errorf("%d ClusterIPNotRouted Events on a Service whose copy has its ClusterIP (%v)", n, err)
 	}
+	// The NodePort Service is told, once, that the host does not expose
+	// it; the ClusterIP one is not.
+	notExposed := func(e corev1.Event) bool {
+		return e.Type == corev1.EventTypeWarning && e.Reason == translate.ReasonNotExposedOnHost && strings.Contains(e.Message, "node ports")
+	}
+	eventually(t, "a NotExposedOnHost Event on the NodePort Service", func() error {
+		if n, err := countVirtualEvents(c, ns, "web", notExposed); err != nil || n != 1 {
+			return fmt.Errorf("%d Events (%v)", n, err)
+		}
+		return nil
+	})
+	if n, err := countVirtualEvents(c, ns, "api", func(e corev1.Event) bool { return e.Reason == translate.ReasonNotExposedOnHost }); err != nil || n != 0 {
+		t.Errorf("%d NotExposedOnHost Events on a ClusterIP Service (%v)", n, err)
+	}
 
 	// Not synced: ExternalName, and the virtual API's own Service.
 	if _, err := virtAdmin.CoreV1().Services(ns).Create(c, &corev1.Service{

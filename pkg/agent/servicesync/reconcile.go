@@ -60,7 +60,27 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	}
 	r.checkRouted(ctx, vsvc, hsvc)
 	r.serveNodePorts(ctx, vsvc, hsvc)
+	r.sayNotExposed(ctx, vsvc)
 	return false, nil
+}
+
+// sayNotExposed says on a NodePort or LoadBalancer Service, once per type,
+// that the host does not expose it: the type is kept in the virtual
+// cluster, where a tenant reads it as a promise of an address reachable from
+// outside, and a LoadBalancer's stays pending for good. Said rather than
+// refused: the node ports work for the virtual cluster's own pods.
+func (r *run) sayNotExposed(ctx context.Context, vsvc *corev1.Service) {
+	var message string
+	switch vsvc.Spec.Type {
+	case corev1.ServiceTypeNodePort:
+		message = "the host does not expose a virtual cluster's node ports outside it: they are served at the virtual node's address to this cluster's own pods only"
+	case corev1.ServiceTypeLoadBalancer:
+		message = "no load balancer is provided for a virtual cluster's Services, so this Service gets no external address: reach it inside the cluster at its ClusterIP or node ports (served to this cluster's own pods at the virtual node's address), or from outside through an Ingress where the Cluster allows them"
+	default:
+		r.inside.Forget(vsvc.Namespace + "/" + vsvc.Name)
+		return
+	}
+	r.warnOnce(ctx, &r.inside, vsvc, translate.ReasonNotExposedOnHost, message)
 }
 
 // serveNodePorts relays the Service's node ports to its host copy, and says
@@ -135,6 +155,7 @@ func (r *run) virtualGone(ctx context.Context, ns, name string, hsvc *corev1.Ser
 	r.said.Forget(ns + "/" + name)
 	r.unrouted.Forget(ns + "/" + name)
 	r.unserved.Forget(ns + "/" + name)
+	r.inside.Forget(ns + "/" + name)
 	if r.cfg.NodePorts != nil {
 		_ = r.cfg.NodePorts.Set(ns+"/"+name, nil) // closing never fails
 	}

@@ -47,6 +47,7 @@ type Syncer struct {
 	said     syncloop.Said // Service key → the last host refusal said with an Event
 	unrouted syncloop.Said // Service key → the ClusterIP said not to route
 	unserved syncloop.Said // Service key → the node ports said not to be served
+	inside   syncloop.Said // Service key → the type said not to be exposed on the host
 }
 
 // New checks cfg and fills in defaults.

@@ -30,6 +30,11 @@ const (
 	// ReasonNodePortNotServed (an Event on a Service): the agent could not
 	// open a node port of the Service at the node's address.
 	ReasonNodePortNotServed = "NodePortNotServed"
+	// ReasonNotExposedOnHost (an Event on a NodePort or LoadBalancer
+	// Service): the host exposes nothing of a virtual cluster's Services
+	// outside it; the node ports are served to the virtual cluster's own
+	// pods, and a LoadBalancer gets no address.
+	ReasonNotExposedOnHost = "NotExposedOnHost"
 )
 
 // VirtualStatus is the status vpod should report while host runs it: the
