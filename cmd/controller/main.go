@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/leaderelection"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +55,7 @@ type agentFlags struct {
 	defaultRequests, defaultLimits string
 	alwaysPullImages               bool
 	storageClassCopies             bool
+	priorityClasses                string
 	userNamespaces                 string
 }
 
@@ -153,6 +155,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.agent.appArmorProfiles, "agent-apparmor-localhost-profiles", "", "comma-separated Localhost AppArmor profiles workloads may name, passed to every agent; empty: none")
 	fs.StringVar(&o.agent.defaultRequests, "agent-default-requests", "", "requests of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (cpu=10m,memory=32Mi)")
 	fs.StringVar(&o.agent.defaultLimits, "agent-default-limits", "", "limits of workload containers that set none (name=quantity,…), passed to every agent; empty: the agent's own (memory=512Mi)")
+	fs.StringVar(&o.agent.priorityClasses, "agent-priority-classes", "", "virtual=host priority class pairs, passed to every agent: a workload naming the virtual class runs with the host class, any other at the host's default priority; the agent guard allows host pods no other class. Empty: none")
 	fs.BoolVar(&o.agent.storageClassCopies, "agent-storage-class-copies", true, "agents show the host storage classes a Cluster's claims may name (its spec.storageClasses and the host's default) as StorageClasses in the virtual cluster, the default marked and expansion as the host class allows; reads the host's StorageClasses (list, watch). false passes --storage-class-copies=false to every agent")
 	fs.BoolVar(&o.agent.alwaysPullImages, "agent-always-pull-images", true, "agents give every workload container the pull policy Always, so a node checks the pod's own credentials before running a cached image; false passes --always-pull-images=false to every agent (hosts whose images are loaded into the nodes)")
 	fs.StringVar(&o.agent.userNamespaces, "agent-user-namespaces", "auto", "whether agents run workloads in user namespaces (hostUsers: false): auto, for each Cluster while every node its workloads may run on reports runtime support (reads Nodes); true, always; false, never")
@@ -251,6 +254,11 @@ func (f agentFlags) apply(d *cluster.AgentDefaults) error {
 	d.DisableStorageClassCopies = !f.storageClassCopies
 	d.SeccompLocalhostProfiles = splitList(f.seccompProfiles)
 	d.AppArmorLocalhostProfiles = splitList(f.appArmorProfiles)
+	classes, err := parsePriorityClasses(f.priorityClasses)
+	if err != nil {
+		return fmt.Errorf("--agent-priority-classes: %w", err)
+	}
+	d.PriorityClasses = classes
 	mode, err := cluster.ParseUserNamespacesMode(f.userNamespaces)
 	if err != nil {
 		return fmt.Errorf("--agent-user-namespaces %w", err)
@@ -273,6 +281,32 @@ func (f agentFlags) apply(d *cluster.AgentDefaults) error {
 		return fmt.Errorf("--host-cluster-domain %q: want a DNS name such as %s", d.HostClusterDomain, cluster.DefaultHostClusterDomain)
 	}
 	return nil
+}
+
+// parsePriorityClasses parses "virtual=host,…": both names of PriorityClass
+// names' form, each virtual name once. Empty is none (nil).
+func parsePriorityClasses(s string) (map[string]string, error) {
+	var out map[string]string
+	for _, pair := range splitList(s) {
+		virtual, host, ok := strings.Cut(pair, "=")
+		virtual, host = strings.TrimSpace(virtual), strings.TrimSpace(host)
+		if !ok {
+			return nil, fmt.Errorf("%q: want virtual=host", pair)
+		}
+		for _, name := range []string{virtual, host} {
+			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+				return nil, fmt.Errorf("%q: %q is not a PriorityClass name: %s", pair, name, strings.Join(errs, "; "))
+			}
+		}
+		if _, dup := out[virtual]; dup {
+			return nil, fmt.Errorf("%q: %s mapped twice", pair, virtual)
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[virtual] = host
+	}
+	return out, nil
 }
 
 // managerOptions are the manager's settings from the flags.

@@ -72,11 +72,24 @@ func TestParseFlags(t *testing.T) {
 			check: func(t *testing.T, o *options) {
 				a := o.cfg.Agent
 				if a.DisableSeccompDefault || len(a.SeccompLocalhostProfiles) != 0 || len(a.AppArmorLocalhostProfiles) != 0 || len(a.DefaultRequests) != 0 || len(a.DefaultLimits) != 0 || a.HostClusterDomain != "cluster.local" ||
-					a.DisableAlwaysPullImages || a.AllowRegistryAddresses {
+					a.DisableAlwaysPullImages || a.AllowRegistryAddresses || a.DisableStorageClassCopies || a.PriorityClasses != nil {
 					t.Fatalf("agent defaults %+v", a)
 				}
 			},
 		},
+		{
+			name: "priority classes and storage class copies reach the config",
+			args: []string{"--agent-priority-classes=critical=tenant-critical, batch=tenant-batch", "--agent-storage-class-copies=false"},
+			check: func(t *testing.T, o *options) {
+				a := o.cfg.Agent
+				if diff := cmp.Diff(map[string]string{"critical": "tenant-critical", "batch": "tenant-batch"}, a.PriorityClasses); diff != "" || !a.DisableStorageClassCopies {
+					t.Fatalf("priority classes (-want +got):\n%s; storage class copies off: %v", diff, a.DisableStorageClassCopies)
+				}
+			},
+		},
+		{name: "a priority class pair without a host class is refused", args: []string{"--agent-priority-classes=critical"}, wantErr: `--agent-priority-classes: "critical": want virtual=host`},
+		{name: "a priority class name of the wrong form is refused", args: []string{"--agent-priority-classes=critical=Tenant_Critical"}, wantErr: `"Tenant_Critical" is not a PriorityClass name`},
+		{name: "a virtual priority class mapped twice is refused", args: []string{"--agent-priority-classes=a=x,a=y"}, wantErr: `a mapped twice`},
 		{
 			name: "agent defaults reach the config",
 			args: []string{"--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/a.json, b.json", "--agent-apparmor-localhost-profiles=k3k-a,k3k-b", "--agent-default-requests=cpu=50m,memory=64Mi",

@@ -65,6 +65,7 @@ type options struct {
 	syncIngresses                          bool
 	serveNodePorts                         bool
 	ingressClasses                         map[string]string
+	priorityClasses                        map[string]string
 	ingressHosts                           []string
 	seccompDefault                         bool
 	seccompLocalhostProfiles               []string
@@ -134,6 +135,7 @@ func bindFlags(cmd *cobra.Command, o *options) {
 	f.BoolVar(&o.storageClassCopies, "storage-class-copies", true, "show the storage classes claims may name (--storage-classes, --default-storage-class) as StorageClasses in the virtual cluster; a class of the same name its admin made is left alone")
 	f.BoolVar(&o.serveNodePorts, "serve-node-ports", true, "serve the node ports of NodePort and LoadBalancer Services (TCP) at the agent's own address, the node's InternalIP, relayed to their host copies; reachable by the virtual cluster's pods only, never opened on a host node")
 	f.BoolVar(&o.syncIngresses, "sync-ingresses", false, "copy the virtual cluster's Ingresses to the host namespace (the controller passes the Cluster's spec.ingresses.enabled)")
+	f.StringToStringVar(&o.priorityClasses, "priority-classes", nil, "virtual=host priority class pairs: a pod naming the virtual class runs on the host with the host class; a pod naming another runs at the host's default priority, with a Warning Event (none by default; the controller passes the host administrator's --agent-priority-classes)")
 	f.StringToStringVar(&o.ingressClasses, "ingress-classes", nil, "virtual=host ingress class pairs an Ingress may name; one without a class gets the host's default, others are refused")
 	f.StringSliceVar(&o.ingressHosts, "ingress-hosts", nil, "hostnames an Ingress may claim: a name, or *.suffix for every name under suffix (none by default: no Ingress is copied; the controller passes the Cluster's spec.ingresses.hosts)")
 	f.BoolVar(&o.seccompDefault, "seccomp-default", true, "give host pods whose virtual pod sets no pod-level seccomp profile RuntimeDefault (without a profile the host runs them unconfined)")
@@ -191,6 +193,7 @@ func agentConfig(o options) (agent.Config, error) {
 			DefaultStorageClass:      o.defaultStorageClass,
 			ExpandableStorageClasses: o.expandableStorageClasses,
 			IngressClasses:           o.ingressClasses,
+			PriorityClasses:          o.priorityClasses,
 			IngressHosts:             o.ingressHosts,
 
 			DisableSeccompDefault:            !o.seccompDefault,

@@ -72,7 +72,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--network-policy=true", "--network-policy-egress-cidrs=", "--network-policy-egress-except=",
 				"--agent-seccomp-default=true", "--agent-seccomp-localhost-profiles=", "--agent-apparmor-localhost-profiles=", "--agent-default-requests=", "--agent-default-limits=",
 				"--host-cluster-domain=cluster.local", "--host-service-cidr=", "--agent-always-pull-images=true", "--agent-allow-registry-addresses=false",
-				"--agent-storage-class-copies=true", "--zap-log-level=info")
+				"--agent-storage-class-copies=true", "--agent-priority-classes=", "--zap-log-level=info")
 			hostAPIRole(t, objs)
 			serviceCIDRRole(t, objs)
 			storageClassRole(t, objs)
@@ -153,7 +153,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json", "--agent-apparmor-localhost-profiles=k3k-audited,tenant-web",
 				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal",
 				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false", "--host-service-cidr=10.96.0.0/12",
-				"--agent-storage-class-copies=false")
+				"--agent-storage-class-copies=false", "--agent-priority-classes=batch=tenant-batch,critical=tenant-critical")
 			// Nodes are read only to decide user namespaces (auto), the
 			// ServiceCIDR only when hostServiceCIDR does not name the network,
 			// StorageClasses only for the agents' copies.

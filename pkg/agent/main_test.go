@@ -155,6 +155,7 @@ func run(m *testing.M) int {
 		// the controller would tell the agent.
 		ExpandableStorageClasses: []string{allowedClass},
 		IngressClasses:           map[string]string{virtualIngressClass: hostIngressClass},
+		PriorityClasses:          map[string]string{"critical": "tenant-critical"},
 		IngressHosts:             []string{"shop.example.com", "*.shop.example.com"},
 		// The agent binary's flag defaults.
 		DefaultRequests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},

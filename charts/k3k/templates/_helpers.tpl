@@ -121,7 +121,9 @@ their own objects (internal/controller/cluster.DesiredAgentGuard). */}}
 {{- end -}}
 
 {{/* resourceList renders a map of resource quantities as the controller's
-name=quantity,… flag value, in key order. */}}
+name=quantity,… flag value, in key order; any map of strings the same way
+(k3k.pairs). */}}
+{{- define "k3k.pairs" -}}{{ include "k3k.resourceList" . }}{{- end -}}
 {{- define "k3k.resourceList" -}}
 {{- $m := . | default dict -}}
 {{- $out := list -}}

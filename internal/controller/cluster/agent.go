@@ -238,6 +238,9 @@ func agentDefaultsArgs(d AgentDefaults) []string {
 	if d.DisableAlwaysPullImages {
 		args = append(args, "--always-pull-images=false")
 	}
+	if len(d.PriorityClasses) > 0 {
+		args = append(args, "--priority-classes="+pairsFlag(d.PriorityClasses))
+	}
 	if d.DisableStorageClassCopies {
 		args = append(args, "--storage-class-copies=false")
 	}
@@ -252,6 +255,20 @@ func agentDefaultsArgs(d AgentDefaults) []string {
 
 // resourceListFlag is l as name=quantity,… sorted by name, so the same list
 // always gives the same command line (and Deployment).
+// pairsFlag renders m as a k=v,k=v flag value in key order.
+func pairsFlag(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	pairs := make([]string, 0, len(keys))
+	for _, k := range keys {
+		pairs = append(pairs, k+"="+m[k])
+	}
+	return strings.Join(pairs, ",")
+}
+
 func resourceListFlag(l corev1.ResourceList) string {
 	names := make([]string, 0, len(l))
 	for name := range l {

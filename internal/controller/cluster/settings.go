@@ -104,6 +104,12 @@ type AgentDefaults struct {
 	// image another tenant's credentials brought into a node's cache. For
 	// hosts whose images are loaded into the nodes, never pulled.
 	DisableAlwaysPullImages bool
+	// PriorityClasses maps virtual priority class names to host
+	// PriorityClasses (--priority-classes): the only host classes the
+	// agents' pods may carry, since a host pod's priority decides whom the
+	// host's scheduler preempts. Empty: none, every workload at the host's
+	// default priority.
+	PriorityClasses map[string]string
 	// DisableStorageClassCopies passes --storage-class-copies=false: the
 	// virtual clusters show no StorageClasses, and the controller does not
 	// read the host's (storageclass.go).

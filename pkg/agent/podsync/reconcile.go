@@ -209,6 +209,10 @@ func (r *run) create(ctx context.Context, vpod *corev1.Pod) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("creating host pod: %w", err)
 	}
+	// Said once: a pod's host pod is created once.
+	if note := r.tr.PriorityClassNote(vpod); note != "" {
+		r.event(ctx, vpod, translate.ReasonPriorityClassNotMapped, note)
+	}
 	// The copies are owned by the host pod, so they are written after it; the
 	// host kubelet retries mounting until they exist.
 	if err := r.syncCopies(ctx, vpod, created); err != nil {

@@ -89,6 +89,13 @@ type Config struct {
 	// DefaultStorageClass) whose host class allows volume expansion: their
 	// virtual copies do too, so the virtual API server lets a claim grow.
 	ExpandableStorageClasses []string
+	// PriorityClasses maps the priority classes a virtual pod may name to
+	// host PriorityClasses, the host administrator's choice: a host pod's
+	// priority decides which pods the host's scheduler preempts, other
+	// tenants' included, so the tenant never names a host class itself. A
+	// pod naming a class not in the map runs at the host's default
+	// priority (PriorityClassProblem says so).
+	PriorityClasses map[string]string
 	// IngressClasses maps the ingress classes a virtual Ingress may name to
 	// host IngressClasses. An Ingress without a class gets the host's
 	// default; one naming a class not in the map is refused.

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,7 +55,10 @@ func (t *Translator) HostPod(vpod *corev1.Pod) (*corev1.Pod, error) {
 	spec.Affinity = nil
 	spec.TopologySpreadConstraints = nil
 	spec.SchedulerName = ""
-	spec.PriorityClassName = ""
+	// Priority: the host class the administrator mapped the virtual one to,
+	// else none; the host's priority admission fills in the value and the
+	// preemption policy from the host class.
+	spec.PriorityClassName = t.cfg.PriorityClasses[spec.PriorityClassName]
 	spec.Priority = nil
 	spec.PreemptionPolicy = nil
 	spec.SchedulingGates = nil
@@ -597,4 +601,28 @@ func startedAt(s corev1.ContainerState) metav1.Time {
 		return s.Terminated.StartedAt
 	}
 	return metav1.Time{}
+}
+
+// PriorityClassNote says why a pod's priority class is not the host pod's:
+// it names a class the host administrator mapped to no host class
+// (Config.PriorityClasses), so the host pod runs at the host's default
+// priority. Empty when the pod names none or a mapped one.
+func (t *Translator) PriorityClassNote(vpod *corev1.Pod) string {
+	c := vpod.Spec.PriorityClassName
+	if c == "" {
+		return ""
+	}
+	if _, ok := t.cfg.PriorityClasses[c]; ok {
+		return ""
+	}
+	mapped := make([]string, 0, len(t.cfg.PriorityClasses))
+	for k := range t.cfg.PriorityClasses {
+		mapped = append(mapped, k)
+	}
+	sort.Strings(mapped)
+	allowed := "none is"
+	if len(mapped) > 0 {
+		allowed = strings.Join(mapped, ", ") + " are"
+	}
+	return fmt.Sprintf("priority class %q has no host class: the pod runs on the host at the host's default priority (of the virtual cluster's classes, %s mapped to host classes by the host administrator)", c, allowed)
 }

@@ -35,6 +35,10 @@ const (
 	// outside it; the node ports are served to the virtual cluster's own
 	// pods, and a LoadBalancer gets no address.
 	ReasonNotExposedOnHost = "NotExposedOnHost"
+	// ReasonPriorityClassNotMapped (an Event on a pod): the pod's priority
+	// class has no host class (translate.Config.PriorityClasses); it runs at
+	// the host's default priority.
+	ReasonPriorityClassNotMapped = "PriorityClassNotMapped"
 )
 
 // VirtualStatus is the status vpod should report while host runs it: the
