@@ -131,14 +131,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			}
 			serviceCIDRRole(t, objs)
 			storageClassRole(t, objs)
-			var nodes rbacv1.ClusterRole
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(objs, "ClusterRole", "", release+"-nodes").Object, &nodes); err != nil {
-				t.Fatal(err)
-			}
-			want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}
-			if diff := cmp.Diff(want, nodes.Rules); diff != "" {
-				t.Errorf("the nodes ClusterRole grants more than reading Nodes (-want +got):\n%s", diff)
-			}
+			readingRole(t, objs, "nodes", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}})
 			for _, ns := range []string{"team-a", "team-b"} {
 				if find(objs, "Role", ns, release) == nil || find(objs, "RoleBinding", ns, release) == nil {
 					t.Errorf("no Role and RoleBinding in watched namespace %s", ns)
@@ -259,35 +252,32 @@ func hostAPIRole(t *testing.T, objs []*unstructured.Unstructured) {
 // on the default ServiceCIDR alone, bound to the controller.
 func serviceCIDRRole(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	o := find(objs, "ClusterRole", "", release+"-service-cidr")
-	if o == nil || find(objs, "ClusterRoleBinding", "", release+"-service-cidr") == nil {
-		t.Fatalf("no ClusterRole and binding %s-service-cidr with hostServiceCIDR empty", release)
-	}
-	var role rbacv1.ClusterRole
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
-		t.Fatal(err)
-	}
-	want := []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, ResourceNames: []string{cluster.DefaultServiceCIDRName}, Verbs: []string{"get"}}}
-	if diff := cmp.Diff(want, role.Rules); diff != "" {
-		t.Errorf("the service-cidr ClusterRole grants more than reading the default ServiceCIDR (-want +got):\n%s", diff)
-	}
+	readingRole(t, objs, "service-cidr", []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, ResourceNames: []string{cluster.DefaultServiceCIDRName}, Verbs: []string{"get"}}})
 }
 
 // storageClassRole checks the ClusterRole that lets the controller read the
 // host's StorageClasses (for the agents' copies), and nothing else.
 func storageClassRole(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	o := find(objs, "ClusterRole", "", release+"-storage-classes")
-	if o == nil || find(objs, "ClusterRoleBinding", "", release+"-storage-classes") == nil {
-		t.Fatalf("no ClusterRole and binding %s-storage-classes with storageClassCopies on", release)
+	readingRole(t, objs, "storage-classes", []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}}})
+}
+
+// readingRole checks that ClusterRole <release>-<suffix> exists, is bound,
+// and grants exactly want: one of the cluster-wide reading rights the
+// controller holds beside its own ClusterRole.
+func readingRole(t *testing.T, objs []*unstructured.Unstructured, suffix string, want []rbacv1.PolicyRule) {
+	t.Helper()
+	name := release + "-" + suffix
+	o := find(objs, "ClusterRole", "", name)
+	if o == nil || find(objs, "ClusterRoleBinding", "", name) == nil {
+		t.Fatalf("no ClusterRole and binding %s", name)
 	}
 	var role rbacv1.ClusterRole
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
 		t.Fatal(err)
 	}
-	want := []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}}}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
-		t.Errorf("the storage-classes ClusterRole grants more than reading StorageClasses (-want +got):\n%s", diff)
+		t.Errorf("ClusterRole %s grants other than %v (-want +got):\n%s", name, want, diff)
 	}
 }
 
