@@ -856,3 +856,67 @@ func TestV2AWatcherPassedByCompactionIsCancelledAsCompacted(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveEventsKeepPrevKVOfKeysOlderThanTheCompaction is what the virtual
+// API server met in a conformance run: an object written before the last
+// compaction, then updated and deleted while a watch (its watch cache's)
+// is open. Each event must carry the key's previous version: without it the
+// API server reads the update as a create, and a DELETE without PrevKV
+// ("etcd event received with PrevKv=nil") makes its watch cache drop every
+// watcher of the resource. Both backends are held to it.
+func TestLiveEventsKeepPrevKVOfKeysOlderThanTheCompaction(t *testing.T) {
+	for _, b := range []BackendKind{BackendV2, BackendKine} {
+		t.Run(string(b), func(t *testing.T) {
+			s := openT(t, Config{DataDir: t.TempDir(), Backend: b, CompactInterval: -1, v2CompactMinRetain: 1})
+			ctx := testContext(t)
+			c := etcdClient(t, s.Endpoint())
+			old, err := createTxn(ctx, c, "/p/old", "v1")
+			if err != nil || !old.Succeeded {
+				t.Fatalf("create: %v %v", old, err)
+			}
+			// Other writes move the revision on; the compaction passes the
+			// key's only version, which it keeps (it is the latest).
+			rev := int64(0)
+			for i := range 20 {
+				r, err := updateAt(ctx, c, "/q/filler", fmt.Sprint(i), rev)
+				if err != nil || !r.Succeeded {
+					t.Fatalf("filler: %v %v", r, err)
+				}
+				rev = r.Header.Revision
+			}
+			if _, err := c.Compact(ctx, rev); err != nil {
+				t.Fatalf("compact to %d: %v", rev, err)
+			}
+
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			// A live watch: from the current revision, as the API server's
+			// watch cache watches after its list.
+			wc := c.Watch(wctx, "/p/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(rev+1))
+			upd, err := updateAt(ctx, c, "/p/old", "v2", old.Header.Revision)
+			if err != nil || !upd.Succeeded {
+				t.Fatalf("update: %v %v", upd, err)
+			}
+			if del, err := deleteAt(ctx, c, "/p/old", upd.Header.Revision); err != nil || !del.Succeeded {
+				t.Fatalf("delete: %v %v", del, err)
+			}
+			want := []struct {
+				typ  mvccpb.Event_EventType
+				prev string
+			}{{mvccpb.PUT, "v1"}, {mvccpb.DELETE, "v2"}}
+			for len(want) > 0 {
+				resp, ok := <-wc
+				if !ok || resp.Err() != nil {
+					t.Fatalf("watch ended: %v", resp.Err())
+				}
+				for _, ev := range resp.Events {
+					w := want[0]
+					want = want[1:]
+					if ev.Type != w.typ || ev.PrevKv == nil || string(ev.PrevKv.Value) != w.prev {
+						t.Fatalf("%s event at %d has PrevKV %v, want the value %q", ev.Type, ev.Kv.ModRevision, ev.PrevKv, w.prev)
+					}
+				}
+			}
+		})
+	}
+}

@@ -155,17 +155,28 @@ func (b *Backend) Watch(ctx context.Context, revision int64) server.WatchResult 
 // delivered, so switching between the two has no gap and no duplicate.
 func (b *Backend) feed(ctx context.Context, last int64, eventc chan<- server.EventBatch, errc chan<- error) {
 	defer close(eventc)
-	send := func(events []*server.Event, current int64) bool {
-		compact := b.compact.Load()
-		out := make([]*server.Event, 0, len(events))
-		for _, e := range events {
-			if e.PrevKV != nil && e.PrevKV.ModRevision < compact {
-				// kine clears a PrevKV whose revision was compacted.
-				c := *e
-				c.PrevKV = nil
-				e = &c
+	// send delivers one batch. Events read back from the table (history)
+	// lose a PrevKV whose revision is below the compact revision, as kine's
+	// After does; events from the ring (what was just written, as kine's
+	// poll delivers it) keep theirs. The previous version of a key a live
+	// event changes is that key's latest until then, which compaction
+	// keeps, and the API server needs it: a DELETE without PrevKV is an
+	// error that makes its watch cache drop every watcher of the resource
+	// ("etcd event received with PrevKv=nil"), and a PUT without it reads as
+	// a create.
+	send := func(events []*server.Event, current int64, history bool) bool {
+		out := events
+		if history {
+			compact := b.compact.Load()
+			out = make([]*server.Event, 0, len(events))
+			for _, e := range events {
+				if e.PrevKV != nil && e.PrevKV.ModRevision < compact {
+					c := *e
+					c.PrevKV = nil
+					e = &c
+				}
+				out = append(out, e)
 			}
-			out = append(out, e)
 		}
 		select {
 		case eventc <- server.EventBatch{Events: out, CurrentRev: current}:
@@ -185,7 +196,7 @@ func (b *Backend) feed(ctx context.Context, last int64, eventc chan<- server.Eve
 				return
 			}
 		case inRing:
-			if !send(events, current) {
+			if !send(events, current, false) {
 				return
 			}
 			last = events[len(events)-1].KV.ModRevision
@@ -206,7 +217,7 @@ func (b *Backend) feed(ctx context.Context, last int64, eventc chan<- server.Eve
 		// kine's server refuses (fatally) to send events for a revision a
 		// watch has already been sent: a page that ends before current
 		// says its own last revision, and the next page starts after it.
-		if len(events) > 0 && !send(events, upTo) {
+		if len(events) > 0 && !send(events, upTo, true) {
 			return
 		}
 		last = upTo
