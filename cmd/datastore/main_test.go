@@ -82,7 +82,11 @@ func startProcWith(t *testing.T, dir string, extra ...string) *proc {
 			t.Fatalf("datastore exited before it was ready: %v\n%s", p.cmd.ProcessState, p.output())
 		default:
 		}
-		if code, _ := get(p.healthURL + "/readyz"); code == http.StatusOK {
+		// Ready, and its start logged: /readyz answers from before the
+		// "ready to serve" line, and the output reaches p through a pipe, so
+		// a test reading what the start said (a lock removed, certificates
+		// set aside) waits for the line that comes after all of it.
+		if code, _ := get(p.healthURL + "/readyz"); code == http.StatusOK && strings.Contains(p.output(), "datastore ready to serve") {
 			return p
 		}
 		if time.Now().After(deadline) {
