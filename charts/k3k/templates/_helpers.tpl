@@ -120,11 +120,11 @@ their own objects (internal/controller/cluster.DesiredAgentGuard). */}}
 {{- printf "%s-agent-guard" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* resourceList renders a map of resource quantities as the controller's
-name=quantity,… flag value, in key order; any map of strings the same way
-(k3k.pairs). */}}
-{{- define "k3k.pairs" -}}{{ include "k3k.resourceList" . }}{{- end -}}
-{{- define "k3k.resourceList" -}}
+{{/* pairs renders a map of strings as the controller's k=v,… flag value, in
+key order; resourceList is the same for a map of resource quantities
+(name=quantity,…). */}}
+{{- define "k3k.resourceList" -}}{{ include "k3k.pairs" . }}{{- end -}}
+{{- define "k3k.pairs" -}}
 {{- $m := . | default dict -}}
 {{- $out := list -}}
 {{- range $k := keys $m | sortAlpha -}}

@@ -191,12 +191,7 @@ func AgentArgs(c *v1beta1.Cluster, cfg Config, host AgentHost) []string {
 	if ing := c.Spec.Ingresses; ing != nil && ing.Enabled {
 		args = append(args, "--sync-ingresses")
 		if len(ing.Classes) > 0 {
-			pairs := make([]string, 0, len(ing.Classes))
-			for k, v := range ing.Classes {
-				pairs = append(pairs, k+"="+string(v))
-			}
-			sort.Strings(pairs)
-			args = append(args, "--ingress-classes="+strings.Join(pairs, ","))
+			args = append(args, "--ingress-classes="+pairsFlag(ing.Classes))
 		}
 		if len(ing.Hosts) > 0 {
 			args = append(args, "--ingress-hosts="+strings.Join(ing.Hosts, ","))
@@ -253,22 +248,19 @@ func agentDefaultsArgs(d AgentDefaults) []string {
 	return args
 }
 
-// resourceListFlag is l as name=quantity,… sorted by name, so the same list
-// always gives the same command line (and Deployment).
-// pairsFlag renders m as a k=v,k=v flag value in key order.
-func pairsFlag(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// pairsFlag renders m as a k=v,k=v flag value, the pairs sorted, so the same
+// map always gives the same command line (and Deployment).
+func pairsFlag[V ~string](m map[string]V) string {
+	pairs := make([]string, 0, len(m))
+	for k, v := range m {
+		pairs = append(pairs, k+"="+string(v))
 	}
-	sort.Strings(keys)
-	pairs := make([]string, 0, len(keys))
-	for _, k := range keys {
-		pairs = append(pairs, k+"="+m[k])
-	}
+	sort.Strings(pairs)
 	return strings.Join(pairs, ",")
 }
 
+// resourceListFlag is l as name=quantity,… sorted by name, so the same list
+// always gives the same command line (and Deployment).
 func resourceListFlag(l corev1.ResourceList) string {
 	names := make([]string, 0, len(l))
 	for name := range l {

@@ -109,16 +109,12 @@ func (r *run) reconcile(ctx context.Context, name string) (requeue bool, err err
 			logr.FromContextOrDiscard(ctx).Info("a StorageClass of the name was made in the virtual cluster; leaving it as it is", "storageClass", name)
 		}
 		return false, nil
-	case want == nil:
-		err := api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cur.UID}})
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			err = nil
-		}
-		return false, err
-	case cur.Provisioner != want.Provisioner || !maps.Equal(cur.Parameters, want.Parameters) ||
+	case want == nil || !maps.Equal(cur.Parameters, want.Parameters) ||
 		ptr.Deref(cur.ReclaimPolicy, "") != ptr.Deref(want.ReclaimPolicy, "") ||
 		ptr.Deref(cur.VolumeBindingMode, "") != ptr.Deref(want.VolumeBindingMode, ""):
-		// Immutable: made again. The delete's event brings the key back.
+		// No longer wanted, or differing where a class is immutable (the
+		// provisioner is the same, IsVirtualStorageClass says): deleted. A
+		// wanted one is made again: the delete's event brings the key back.
 		err := api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cur.UID}})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			err = nil

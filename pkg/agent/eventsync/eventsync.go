@@ -157,6 +157,14 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		return false, nil
 	}
 	host := obj.(*corev1.Event)
+	// Every update of a host pod queues its Events again; one written as it
+	// is now needs neither its pod nor a translation.
+	r.mu.Lock()
+	last, seen := r.written[key]
+	r.mu.Unlock()
+	if seen && last == host.ResourceVersion {
+		return false, nil
+	}
 	pod, err := syncloop.Found(r.hPods.Pods(host.Namespace).Get(host.InvolvedObject.Name))
 	if err != nil || pod == nil {
 		// Not one of the agent's pods, or not in the cache yet (its add
@@ -165,12 +173,6 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 	}
 	want, ok := r.tr.VirtualPodEvent(host, pod)
 	if !ok {
-		return false, nil
-	}
-	r.mu.Lock()
-	last, seen := r.written[key]
-	r.mu.Unlock()
-	if seen && last == host.ResourceVersion {
 		return false, nil
 	}
 	if !r.limiter.Allow() {
