@@ -24,8 +24,8 @@ import (
 
 // The scenarios of issue 16 (etcd HA: no needless removals, no stuck pods
 // under quorum loss, a way back from it), on three 3-server clusters: a then
-// d on one, b on its own (it stops the controller), c as TestEtcdHA's last
-// step. Each logs the time to healthy and the member IDs before and after.
+// d on one, b on the serial scenarios' cluster (it stops the controller;
+// serial_test.go), c as TestEtcdHA's last step. Each logs the time to healthy and the member IDs before and after.
 
 // TestEtcdRecoveryReplacedMemberThenQuorumLoss runs scenarios a and d on one
 // cluster (they had one each): a ends with three healthy members, one of them
@@ -165,49 +165,6 @@ func watchTerminations(t *testing.T, v *vcluster, pod, container string) func() 
 		<-done
 		return slices.Sorted(maps.Values(seen))
 	}
-}
-
-// Scenario b: the controller is stopped, server pods 1 and 2 are deleted,
-// servers: 1, the controller is started → no pod stuck Terminating past 2
-// minutes, the API back, every object written before there (defect 2).
-//
-// It is the one scenario that does not run in parallel: it stops the controller,
-// which every other scenario's cluster needs. Go runs it before the parallel ones.
-func TestEtcdRecoveryScaleDownWhileTheControllerIsDown(t *testing.T) {
-	v, crc, before, w := etcdClusterWithWorkload(t, "ctrl")
-
-	// Whatever fails below, the controller runs again before the other
-	// scenarios resume: they all need it.
-	t.Cleanup(func() { restoreController(t) })
-	scaleController(t, 0)
-	var olds []*corev1.Pod
-	for _, name := range []string{"k3k-ctrl-server-1", "k3k-ctrl-server-2"} {
-		p := getPod(t, v, name)
-		olds = append(olds, p)
-		if err := host.CoreV1().Pods(v.namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setServers(t, crc, v, 1)
-	scaleController(t, 1)
-	start := time.Now()
-	eventually(t, 2*time.Minute, "the deleted server pods to be gone (not stuck Terminating)", func(ctx context.Context) (bool, error) {
-		for _, old := range olds {
-			p, err := host.CoreV1().Pods(v.namespace).Get(ctx, old.Name, metav1.GetOptions{})
-			if err == nil && p.UID == old.UID {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	t.Logf("scenario b: the deleted pods went %s after the controller started", time.Since(start).Round(time.Second))
-	after := waitMembers(t, crc, v, 1, 10*time.Minute)
-	serving(t, v.client, 5*time.Minute)
-	t.Logf("scenario b: healthy with one member after %s; members %v → %v", time.Since(start).Round(time.Second), before, after)
-	if after["k3k-ctrl-server-0"] != before["k3k-ctrl-server-0"] {
-		t.Fatalf("server-0 changed from %s to %s", before["k3k-ctrl-server-0"], after["k3k-ctrl-server-0"])
-	}
-	w.check(t, v.client)
 }
 
 // deletePodAndVolume deletes a server pod's PersistentVolumeClaim, then the

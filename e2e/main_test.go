@@ -41,6 +41,9 @@ import (
 //	                    cluster's TLS SANs and kubeconfig
 //	E2E_CTR             command prefix for containerd's ctr, used to kill single containers;
 //	                    default "$K3K_TOOLS_DIR/ctr --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
+//	E2E_NODE_RESTART    command that restarts the host's node as a power cut does and returns
+//	                    once it is booted again (hack/e2e.sh: "hostcluster.sh restart 10");
+//	                    unset, TestNodeRestart is skipped (a cluster the suite cannot restart)
 //	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 3;
 //	                    more for a measurement)
 //	E2E_BOOTSTRAP_COMPARE=1 TestBootstrapLockAfterDeletionDuringFirstStart also times
@@ -51,6 +54,7 @@ type config struct {
 	k3kcli         string
 	nodeIP         string
 	ctr            []string
+	nodeRestart    []string // E2E_NODE_RESTART
 	rounds         int
 	compare        bool // E2E_BOOTSTRAP_COMPARE
 	workDir        string
@@ -148,6 +152,7 @@ func setup(m *testing.M) (int, error) {
 		ctr = filepath.Join(testenv.ToolsDir(), "ctr") + " --address /tmp/k3k-hostcluster/run/containerd/containerd.sock"
 	}
 	cfg.ctr = strings.Fields(ctr)
+	cfg.nodeRestart = strings.Fields(os.Getenv("E2E_NODE_RESTART"))
 	cfg.rounds = 3
 	if r := os.Getenv("E2E_RECOVERY_ROUNDS"); r != "" {
 		if _, err := fmt.Sscan(r, &cfg.rounds); err != nil || cfg.rounds < 1 {
@@ -214,9 +219,17 @@ func createCluster(t *testing.T, name string, flags ...string) *vcluster {
 		t.Fatalf("creating cluster %s: %v", name, err)
 	}
 	t.Logf("cluster %s/%s ready after %s", v.namespace, name, time.Since(start).Round(time.Millisecond))
+	deleteWhenPassed(t, v)
+	return v
+}
+
+// deleteWhenPassed deletes the cluster's namespace when t ends, if it passed;
+// if it failed, it logs the server pod and keeps the namespace to look at
+// (E2E_KEEP=1).
+func deleteWhenPassed(t *testing.T, v *vcluster) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpPod(t, v) // and keep the namespace to look at (E2E_KEEP=1)
+			dumpPod(t, v)
 			return
 		}
 		// Deleting the namespace deletes the Cluster and, through owner
@@ -226,7 +239,6 @@ func createCluster(t *testing.T, name string, flags ...string) *vcluster {
 			t.Logf("deleting namespace %s: %v", v.namespace, err)
 		}
 	})
-	return v
 }
 
 // newCluster makes namespace e2e-NAME and, with k3kcli, a virtual cluster
@@ -282,14 +294,20 @@ func sharedCluster(t *testing.T) *vcluster {
 	return shared.v
 }
 
-// deleteShared deletes the shared cluster's namespace after a run in which
+// deleteShared deletes the namespaces of the clusters scenarios share (the
+// shared cluster, the serial scenarios' etcd cluster) after a run in which
 // every scenario passed.
 func deleteShared(code int) {
-	if shared.v == nil || code != 0 {
+	if code != 0 {
 		return
 	}
-	if err := host.CoreV1().Namespaces().Delete(context.Background(), shared.v.namespace, metav1.DeleteOptions{}); err != nil {
-		fmt.Fprintf(os.Stderr, "deleting the shared cluster's namespace %s: %v\n", shared.v.namespace, err)
+	for _, v := range []*vcluster{shared.v, serialEtcd.v} {
+		if v == nil {
+			continue
+		}
+		if err := host.CoreV1().Namespaces().Delete(context.Background(), v.namespace, metav1.DeleteOptions{}); err != nil {
+			fmt.Fprintf(os.Stderr, "deleting the shared cluster's namespace %s: %v\n", v.namespace, err)
+		}
 	}
 }
 

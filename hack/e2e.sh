@@ -262,6 +262,11 @@ cmd_test() {
   up
   install
   local tags="e2e${E2E_EXTRA_TAGS:+,$E2E_EXTRA_TAGS}"
+  # TestNodeRestart restarts the node of the host cluster started here; an
+  # existing cluster's nodes are not the suite's to restart.
+  if [ "$CLUSTER" = hostcluster ]; then
+    export E2E_NODE_RESTART="$HC restart 10"
+  fi
   say "go test -tags $tags ./e2e/ $*"
   # Scenarios run side by side (each on its own virtual cluster in its own
   # namespace; see e2e/doc.go): most of their time is spent waiting for pods.

@@ -45,6 +45,22 @@ const (
 	ExternalDatastore DatastoreType = "external"
 )
 
+// ServerSpread says how a Cluster's server pods are placed over the host's
+// nodes.
+// +kubebuilder:validation:Enum=Preferred;Required
+type ServerSpread string
+
+const (
+	// SpreadPreferred spreads the servers over nodes where the scheduler can
+	// (a topology spread constraint over kubernetes.io/hostname that never
+	// keeps a pod from starting), and places them together where it cannot.
+	SpreadPreferred ServerSpread = "Preferred"
+	// SpreadRequired never places two servers of a Cluster on one node (pod
+	// anti-affinity): with fewer eligible nodes than servers, a server stays
+	// Pending and the Cluster says why.
+	SpreadRequired ServerSpread = "Required"
+)
+
 // VolumeRetention says what happens to server volumes when the Cluster is deleted.
 // +kubebuilder:validation:Enum=Delete;Retain
 type VolumeRetention string
@@ -198,6 +214,15 @@ type ClusterSpec struct {
 	// NodeSelector constrains which host nodes run the server pods.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// ServerSpread says how the server pods of an etcd or external-datastore
+	// Cluster are placed over the host's nodes, so that one node's loss or
+	// drain takes as few servers as it can: Preferred (over nodes where the
+	// scheduler can) or Required (never two on one node). Empty: the
+	// controller's default (chart value serverSpread, itself Preferred). A
+	// SQLite Cluster's one server is placed as any pod.
+	// +optional
+	ServerSpread ServerSpread `json:"serverSpread,omitempty"`
 
 	// TokenSecretRef names a Secret (key "token") holding the cluster token. When
 	// empty the controller generates one into Secret k3k-<name>-token, once.

@@ -41,6 +41,7 @@ type options struct {
 	pullPolicy             string
 	defaultPersistence     string
 	defaultDatastore       string
+	defaultServerSpread    string
 	isolation              isolationFlags
 	agent                  agentFlags
 	cfg                    cluster.Config
@@ -142,6 +143,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.defaultPersistence, "default-persistence-type", string(v1beta1.DynamicPersistence), "persistence for Clusters that leave spec.persistence.type empty: dynamic or ephemeral")
 	fs.StringVar(&o.cfg.DefaultStorageClass, "default-storage-class", "", "storage class for Clusters that leave spec.persistence.storageClassName unset; empty means the host's default")
 	fs.StringVar(&o.defaultDatastore, "default-datastore-type", string(v1beta1.SQLiteDatastore), "datastore for Clusters that leave spec.datastore.type empty: sqlite or etcd")
+	fs.StringVar(&o.defaultServerSpread, "default-server-spread", string(v1beta1.SpreadPreferred), "how the server pods of etcd and external-datastore Clusters that leave spec.serverSpread empty are placed: Preferred (over nodes where the scheduler can) or Required (never two on one node)")
 	fs.StringVar(&o.isolation.quota, "default-quota", "", "ResourceQuota hard limits for Clusters (name=quantity,…, e.g. pods=50,requests.cpu=8); spec.quota.hard replaces them name by name; empty makes no quota")
 	fs.StringVar(&o.isolation.limitRequest, "default-limit-request", "", "LimitRange default requests of containers that set none (cpu=50m,memory=64Mi); spec.limits.defaultRequest replaces them")
 	fs.StringVar(&o.isolation.limit, "default-limit", "", "LimitRange default limits of containers that set none; spec.limits.default replaces them")
@@ -198,6 +200,12 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 		o.cfg.DefaultPersistence = p
 	default:
 		return nil, fmt.Errorf("--default-persistence-type %q: want dynamic or ephemeral", o.defaultPersistence)
+	}
+	switch sp := v1beta1.ServerSpread(o.defaultServerSpread); sp {
+	case v1beta1.SpreadPreferred, v1beta1.SpreadRequired:
+		o.cfg.DefaultServerSpread = sp
+	default:
+		return nil, fmt.Errorf("--default-server-spread %q: want Preferred or Required", o.defaultServerSpread)
 	}
 	switch d := v1beta1.DatastoreType(o.defaultDatastore); d {
 	case v1beta1.SQLiteDatastore, v1beta1.EtcdDatastore:

@@ -24,16 +24,18 @@ func TestParseFlags(t *testing.T) {
 			name: "defaults give sqlite on dynamic volumes",
 			args: nil,
 			check: func(t *testing.T, o *options) {
-				if o.cfg.DefaultDatastore != v1beta1.SQLiteDatastore || o.cfg.DefaultPersistence != v1beta1.DynamicPersistence || o.cfg.PullPolicy != corev1.PullIfNotPresent || !o.leaderElect {
+				if o.cfg.DefaultDatastore != v1beta1.SQLiteDatastore || o.cfg.DefaultPersistence != v1beta1.DynamicPersistence || o.cfg.PullPolicy != corev1.PullIfNotPresent || !o.leaderElect ||
+					o.cfg.DefaultServerSpread != v1beta1.SpreadPreferred {
 					t.Fatalf("defaults %+v", o.cfg)
 				}
 			},
 		},
 		{
 			name: "chart values reach the config",
-			args: []string{"--default-datastore-type=etcd", "--default-persistence-type=ephemeral", "--image-pull-policy=Never", "--image-pull-secrets=a, b,", "--watch-namespaces=x,y", "--default-storage-class=fast", "--zap-log-level=debug"},
+			args: []string{"--default-datastore-type=etcd", "--default-persistence-type=ephemeral", "--image-pull-policy=Never", "--image-pull-secrets=a, b,", "--watch-namespaces=x,y", "--default-storage-class=fast", "--zap-log-level=debug", "--default-server-spread=Required"},
 			check: func(t *testing.T, o *options) {
-				if o.cfg.DefaultDatastore != v1beta1.EtcdDatastore || o.cfg.DefaultPersistence != v1beta1.EphemeralPersistence || o.cfg.PullPolicy != corev1.PullNever || o.cfg.DefaultStorageClass != "fast" {
+				if o.cfg.DefaultDatastore != v1beta1.EtcdDatastore || o.cfg.DefaultPersistence != v1beta1.EphemeralPersistence || o.cfg.PullPolicy != corev1.PullNever || o.cfg.DefaultStorageClass != "fast" ||
+					o.cfg.DefaultServerSpread != v1beta1.SpreadRequired {
 					t.Fatalf("config %+v", o.cfg)
 				}
 				if diff := cmp.Diff([]string{"a", "b"}, o.cfg.PullSecrets); diff != "" {
@@ -139,6 +141,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "an unknown pull policy is refused", args: []string{"--image-pull-policy=Sometimes"}, wantErr: `--image-pull-policy "Sometimes": want Always, IfNotPresent or Never`},
 		{name: "external is not a default datastore", args: []string{"--default-datastore-type=external"}, wantErr: `--default-datastore-type "external": want sqlite or etcd`},
 		{name: "an unknown persistence is refused", args: []string{"--default-persistence-type=static"}, wantErr: `--default-persistence-type "static": want dynamic or ephemeral`},
+		{name: "an unknown server spread is refused", args: []string{"--default-server-spread=preferred"}, wantErr: `--default-server-spread "preferred": want Preferred or Required`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,11 @@
 #   hostcluster.sh down               stop everything and remove the cluster's state
 #   hostcluster.sh import IMAGE.tar…  load image tarballs into the node's containerd
 #   hostcluster.sh status             what runs, and the node
+#   hostcluster.sh restart [SECONDS]  restart the node as a power cut does: its kubelet,
+#                                     kube-proxy, containerd and every container killed at
+#                                     once, mounts, network namespaces, iptables rules and
+#                                     /run state gone; SECONDS (default 10) later started
+#                                     again with /var kept (images, volumes, kubelet state)
 #
 # Needs root. Everything the cluster owns lives under $HOSTCLUSTER_DIR (default
 # /tmp/k3k-hostcluster); `down` stops only the cluster's own programs (binaries it
@@ -69,11 +74,16 @@ until_ok() {
 
 # ours PID: the process runs one of the cluster's programs (a binary under $TOOLS
 # or $BIN, containerd or a containerd shim) and its command line names our
-# directory. Both must hold, so a shell, editor or `tail` that merely names a
-# file of ours is never taken for part of the cluster.
+# directory, or it holds a file below our directory open. k3s's containerd
+# overwrites its own arguments once it runs (its command line is then only
+# its path), so for it the open files (its metadata database) are the proof.
+# Both must hold, so a shell, editor or `tail` that merely names a file of
+# ours is never taken for part of the cluster.
 ours() {
   local exe
-  [ -r "/proc/$1/cmdline" ] && grep -qF "$DIR/" < <(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  [ -r "/proc/$1/cmdline" ] || return 1
+  grep -qF "$DIR/" < <(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) ||
+    find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -lname "$DIR/*" -print -quit 2>/dev/null | grep -q . || return 1
   exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
   exe=${exe% (deleted)} # rebuilt since it started
   case "$exe" in
@@ -274,8 +284,7 @@ cmd_up() {
     --listen-peer-urls http://127.0.0.1:2480 --initial-advertise-peer-urls http://127.0.0.1:2480 \
     --initial-cluster hostcluster=http://127.0.0.1:2480 --listen-metrics-urls http://127.0.0.1:2481 \
     --unsafe-no-fsync --log-level warn
-  # k3s's containerd (v2.1, from the k3s build) finds its shim on the PATH.
-  launch containerd env PATH="$TOOLS:$PATH" "$TOOLS/containerd" --config "$ETC/containerd.toml"
+  start_containerd
   # k3s's Kubernetes (hack/k3s.sh) writes the loopback client certificate into
   # --cert-dir; its default, /var/run/kubernetes, is not ours to create.
   mkdir -p "$VAR/kube-apiserver"
@@ -307,10 +316,31 @@ cmd_up() {
     --kubeconfig="$sc" --authentication-kubeconfig="$sc" --authorization-kubeconfig="$sc" \
     --leader-elect=false --bind-address=127.0.0.1 --profiling=false
   kc apply -f "$ROOT/hack/hostcluster/manifests/storage.yaml" >/dev/null
+  launch provisioner "$BIN/provisioner" --kubeconfig "$PKI/admin.kubeconfig" --root "$VAR/volumes"
+  start_node_agents
+  until_ok 60 "default service account" kc get serviceaccount default
+  kc apply -f "$ROOT/hack/hostcluster/manifests/coredns.yaml" >/dev/null
+  kc -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null || die "coredns did not become ready"
+  say "up: export KUBECONFIG=$KUBECONFIG"
+}
+
+# The node's own programs (what a node restart stops) are containerd, the
+# kubelet, kube-proxy and the network policy controller; etcd, the API server,
+# the controller manager, the scheduler and the volume provisioner are the
+# control plane, which lives elsewhere in a real cluster and stays up.
+NODE_PROGRAMS="netpol kube-proxy kubelet containerd"
+
+start_containerd() {
+  # k3s's containerd (v2.1, from the k3s build) finds its shim on the PATH.
+  launch containerd env PATH="$TOOLS:$PATH" "$TOOLS/containerd" --config "$ETC/containerd.toml"
+}
+
+# start_node_agents starts the kubelet and kube-proxy, waits for the node to be
+# Ready, then starts the network policy controller.
+start_node_agents() {
   launch kubelet "$TOOLS/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
     --root-dir="$VAR/kubelet" --cert-dir="$VAR/kubelet/pki" --node-ip="$NODE_IP" --hostname-override="$NODE"
   launch kube-proxy "$TOOLS/kube-proxy" --config="$ETC/kube-proxy.yaml"
-  launch provisioner "$BIN/provisioner" --kubeconfig "$PKI/admin.kubeconfig" --root "$VAR/volumes"
   until_ok 90 "node $NODE Ready" node_ready
   say "node Ready"
   if [ "$NETPOL" = 1 ]; then
@@ -319,10 +349,79 @@ cmd_up() {
     until_ok 60 "the network policy controller's chains" iptables -w -S KUBE-ROUTER-FORWARD
     say "network policy enforced (kube-router netpol)"
   fi
-  until_ok 60 "default service account" kc get serviceaccount default
-  kc apply -f "$ROOT/hack/hostcluster/manifests/coredns.yaml" >/dev/null
-  kc -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null || die "coredns did not become ready"
-  say "up: export KUBECONFIG=$KUBECONFIG"
+}
+
+# cmd_restart emulates a node that loses power and boots again: every program
+# of the node and every container dies at once (SIGKILL, no pod is stopped
+# gracefully, nothing is told), and what a boot clears is cleared (mounts,
+# network namespaces, the bridge, iptables rules and ipsets, containerd's and
+# runc's state under /run). What lives on the node's disk stays: images,
+# volumes, containerd's metadata, the kubelet's directory. The control plane
+# keeps running, as it would on other machines. After DOWNTIME seconds the
+# node's programs start again and the kubelet finds its pods without
+# containers, as after a real boot.
+cmd_restart() {
+  local downtime=${1:-10}
+  need_root
+  [[ "$downtime" =~ ^[0-9]+$ ]] || die "restart: SECONDS must be a whole number, not '$downtime'"
+  [ -f "$ETC/kubelet.yaml" ] || die "there is no node to restart: run '$0 up' first"
+  say "node $NODE: power cut"
+  local name pid child
+  for name in $NODE_PROGRAMS; do
+    pid=$(cat "$RUN/$name.pid" 2>/dev/null) || continue
+    rm -f "$RUN/$name.pid"
+    ours "$pid" && kill -9 "$pid" 2>/dev/null || true
+  done
+  # The containers: each shim's children are its containers' first processes
+  # (killing one ends its PID namespace), then the shims.
+  for pid in $(pgrep -f -- "$DIR/" || true); do
+    ours "$pid" || continue
+    case "$(readlink "/proc/$pid/exe" 2>/dev/null)" in
+      */containerd-shim*)
+        for child in $(pgrep -P "$pid" || true); do kill -9 "$child" 2>/dev/null || true; done
+        kill -9 "$pid" 2>/dev/null || true
+        ;;
+    esac
+  done
+  sleep 0.5
+  forget_boot_state
+  rm -rf "$RUN/containerd" "$RUN/runc"
+  # The logs of the node's programs before the cut stay beside the new ones.
+  local stamp
+  stamp=$(date +%H%M%S)
+  for name in $NODE_PROGRAMS; do
+    [ -f "$LOG/$name.log" ] && mv "$LOG/$name.log" "$LOG/$name.before-restart-$stamp.log"
+  done
+  say "node $NODE: down for ${downtime}s"
+  sleep "$downtime"
+  say "node $NODE: boot"
+  mkdir -p "$RUN/containerd"
+  start_containerd
+  until_ok 30 containerd test -S "$SOCK"
+  start_node_agents
+  say "node $NODE: restarted"
+}
+
+# forget_boot_state removes what a machine's restart removes: mounts under our
+# directory (deepest first: kubelet volumes, overlay root filesystems, shm),
+# network namespaces no process uses any more, the CNI plugin's cached
+# results, the network policy controller's and kube-proxy's iptables rules and
+# ipsets, and the bridge.
+forget_boot_state() {
+  awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done || true
+  local ns
+  for ns in /run/netns/cni-*; do
+    [ -e "$ns" ] || continue
+    [ -z "$(ip netns pids "$(basename "$ns")" 2>/dev/null)" ] || continue
+    umount "$ns" 2>/dev/null || true
+    rm -f "$ns"
+  done
+  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
+  clean_netpol
+  clean_iptables
+  ip link del "$BRIDGE" 2>/dev/null || true
 }
 
 node_ready() {
@@ -369,22 +468,7 @@ cmd_down() {
     [ "$pid" != $$ ] && ours "$pid" && kill -9 "$pid" 2>/dev/null || true
   done
   sleep 0.2
-  # Mounts below our directory, deepest first (kubelet volumes, overlay rootfs, shm).
-  awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
-    umount -l "$m" 2>/dev/null || true
-  done || true
-  # Network namespaces no process uses any more (ours, once our pods are gone).
-  local ns
-  for ns in /run/netns/cni-*; do
-    [ -e "$ns" ] || continue
-    [ -z "$(ip netns pids "$(basename "$ns")" 2>/dev/null)" ] || continue
-    umount "$ns" 2>/dev/null || true
-    rm -f "$ns"
-  done
-  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
-  clean_netpol
-  clean_iptables
-  ip link del "$BRIDGE" 2>/dev/null || true
+  forget_boot_state
   rm -rf "$VAR" "$RUN" "$PKI" "$ETC" "$KUBECONFIG"
   [ -n "$quiet" ] || say "down"
 }
@@ -458,5 +542,6 @@ case "${1:-}" in
   down) cmd_down ;;
   import) shift; cmd_import "$@" ;;
   status) cmd_status ;;
-  *) echo "usage: $0 build|up|down|import IMAGE.tar…|status" >&2; exit 2 ;;
+  restart) shift; cmd_restart "$@" ;;
+  *) echo "usage: $0 build|up|down|import IMAGE.tar…|status|restart [SECONDS]" >&2; exit 2 ;;
 esac

@@ -64,7 +64,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 				"--server-image=rancher/k3s", "--default-version=v1.34.3-k3s1", "--server-gogc=25",
 				"--datastore-image=k3k-io/k3k-datastore:v0.2.0", "--agent-image=k3k-io/k3k-kubelet:v0.2.0",
 				"--image-pull-policy=IfNotPresent", "--image-pull-secrets=",
-				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite",
+				"--default-persistence-type=dynamic", "--default-storage-class=", "--default-datastore-type=sqlite", "--default-server-spread=Preferred",
 				"--watch-namespaces=", "--workers=4", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 				"--agent-cluster-role="+agentRole, "--controller-namespace="+releaseNS,
 				"--default-quota=configmaps=200,count/endpointslices.discovery.k8s.io=200,count/ingresses.networking.k8s.io=50,persistentvolumeclaims=20,pods=100,requests.storage=100Gi,secrets=300,services=50",
@@ -159,7 +159,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 	}, {
 		values: "defaults.yaml",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
-			wantArgs(t, d, "--default-datastore-type=etcd", "--default-persistence-type=ephemeral",
+			wantArgs(t, d, "--default-datastore-type=etcd", "--default-server-spread=Required", "--default-persistence-type=ephemeral",
 				"--default-storage-class=fast-ssd", "--default-version=v1.33.5-k3s1")
 		},
 	}, {

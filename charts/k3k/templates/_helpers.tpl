@@ -178,6 +178,12 @@ key order; resourceList is the same for a map of resource quantities
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create"]
+# The server pods' PodDisruptionBudget (Owns), kept while two or more servers
+# run with etcd or an external datastore; delete: it goes when the Cluster
+# shrinks to one server or pauses (disruption.go).
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # Server volume claims are observed (whether a server holds data) and patched
 # to grow them when spec.persistence.storageRequestSize grows. The backup
 # claim (spec.backup.claimName, the user's) is read uncached (get) to check

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -335,10 +336,13 @@ func (r *Reconciler) reconcileServers(ctx context.Context, c *v1beta1.Cluster, o
 		live.Spec.UpdateStrategy = d.Spec.UpdateStrategy
 		live.Spec.PersistentVolumeClaimRetentionPolicy = d.Spec.PersistentVolumeClaimRetentionPolicy
 	})
-	if err == nil && !exists && awaitingTokenRestore(o) {
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !exists && awaitingTokenRestore(o) {
 		r.recordTokenRestoreStart(c)
 	}
-	return ctrl.Result{}, err
+	return ctrl.Result{}, r.reconcileDisruptionBudget(ctx, c, o.settings.Datastore, replicas)
 }
 
 // reconcileVolumeSize grows existing server volumes to storageRequestSize
@@ -534,6 +538,7 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&appsv1.StatefulSet{}, &appsv1.Deployment{}, &networkingv1.Ingress{},
 		&batchv1.CronJob{}, &batchv1.Job{},
 		&corev1.ResourceQuota{}, &corev1.LimitRange{}, &networkingv1.NetworkPolicy{},
+		&policyv1.PodDisruptionBudget{},
 	} {
 		out[obj] = cache.ByObject{Label: selector}
 	}
@@ -626,6 +631,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.LimitRange{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&batchv1.CronJob{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		// The CronJob owns its Jobs; they carry the Cluster's labels.
 		Watches(&batchv1.Job{}, byClusterLabel).
 		Watches(&corev1.Pod{}, byClusterLabel).

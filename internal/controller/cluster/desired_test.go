@@ -25,12 +25,12 @@ func TestResolve(t *testing.T) {
 		{
 			name: "an empty spec takes every default",
 			spec: v1beta1.ClusterSpec{},
-			want: Settings{Persistence: v1beta1.EphemeralPersistence, Datastore: v1beta1.SQLiteDatastore, StorageClass: ptr.To("fast"), StorageSize: resource.MustParse("2Gi"), ServerImage: "rancher/k3s:v1.34.3-k3s1", Servers: 1, ServiceCIDR: K3sDefaultServiceCIDR},
+			want: Settings{Persistence: v1beta1.EphemeralPersistence, Datastore: v1beta1.SQLiteDatastore, StorageClass: ptr.To("fast"), StorageSize: resource.MustParse("2Gi"), ServerImage: "rancher/k3s:v1.34.3-k3s1", Servers: 1, ServerSpread: v1beta1.SpreadPreferred, ServiceCIDR: K3sDefaultServiceCIDR},
 		},
 		{
 			name: "the spec wins over the defaults",
-			spec: v1beta1.ClusterSpec{Servers: 3, Version: "v1.33.1-k3s1", Persistence: v1beta1.PersistenceConfig{Type: v1beta1.DynamicPersistence, StorageClassName: ptr.To(""), StorageRequestSize: "10Gi"}, Datastore: v1beta1.DatastoreConfig{Type: v1beta1.EtcdDatastore}},
-			want: Settings{Persistence: v1beta1.DynamicPersistence, Datastore: v1beta1.EtcdDatastore, StorageClass: ptr.To(""), StorageSize: resource.MustParse("10Gi"), ServerImage: "rancher/k3s:v1.33.1-k3s1", Servers: 3, ServiceCIDR: K3sDefaultServiceCIDR},
+			spec: v1beta1.ClusterSpec{Servers: 3, ServerSpread: v1beta1.SpreadRequired, Version: "v1.33.1-k3s1", Persistence: v1beta1.PersistenceConfig{Type: v1beta1.DynamicPersistence, StorageClassName: ptr.To(""), StorageRequestSize: "10Gi"}, Datastore: v1beta1.DatastoreConfig{Type: v1beta1.EtcdDatastore}},
+			want: Settings{Persistence: v1beta1.DynamicPersistence, Datastore: v1beta1.EtcdDatastore, StorageClass: ptr.To(""), StorageSize: resource.MustParse("10Gi"), ServerImage: "rancher/k3s:v1.33.1-k3s1", Servers: 3, ServerSpread: v1beta1.SpreadRequired, ServiceCIDR: K3sDefaultServiceCIDR},
 		},
 		{
 			name:    "three servers on the default sqlite cannot be realised",

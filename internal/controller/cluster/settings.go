@@ -46,6 +46,9 @@ type Config struct {
 	DefaultStorageClass string
 	// DefaultDatastore applies when spec.datastore.type is empty.
 	DefaultDatastore v1beta1.DatastoreType
+	// DefaultServerSpread applies when spec.serverSpread is empty; empty:
+	// Preferred.
+	DefaultServerSpread v1beta1.ServerSpread
 	// Isolation holds the defaults of spec.quota, spec.limits and
 	// spec.networkPolicy (isolation.go).
 	Isolation IsolationDefaults
@@ -139,6 +142,8 @@ type Settings struct {
 	StorageSize  resource.Quantity
 	ServerImage  string
 	Servers      int32
+	// ServerSpread is spec.serverSpread or the controller's default.
+	ServerSpread v1beta1.ServerSpread
 	// EtcdQuotaBytes is spec.datastore.etcd.quotaBackendSize in bytes; 0 when
 	// unset (etcd's own default applies).
 	EtcdQuotaBytes int64
@@ -206,6 +211,13 @@ func Resolve(c *v1beta1.Cluster, cfg Config) (Settings, error) {
 	}
 	if s.Servers == 0 {
 		s.Servers = 1
+	}
+	s.ServerSpread = c.Spec.ServerSpread
+	if s.ServerSpread == "" {
+		s.ServerSpread = cfg.DefaultServerSpread
+	}
+	if s.ServerSpread == "" {
+		s.ServerSpread = v1beta1.SpreadPreferred
 	}
 	size := c.Spec.Persistence.StorageRequestSize
 	if size == "" {

@@ -109,6 +109,8 @@ func DesiredStatefulSet(c *v1beta1.Cluster, s Settings, cfg Config, replicas int
 					AutomountServiceAccountToken: ptr.To(true),
 					EnableServiceLinks:           ptr.To(false),
 					NodeSelector:                 c.Spec.NodeSelector,
+					Affinity:                     serverAffinity(c, s),
+					TopologySpreadConstraints:    serverSpreadConstraints(c, s),
 					ImagePullSecrets:             pullSecrets,
 					SecurityContext: &corev1.PodSecurityContext{
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
