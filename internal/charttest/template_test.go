@@ -326,9 +326,10 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 					t.Errorf("%s %s grants bind beyond ClusterRoles %s and %s: %+v", o.GetKind(), o.GetName(), agentRole, backupExecRole, r)
 				}
 				for _, v := range []string{"delete", "deletecollection", "escalate", "impersonate"} {
-					// delete only on a Cluster's isolation objects, which a
-					// spec switch must be able to remove (templates/_helpers.tpl).
-					if v == "delete" && (isolationRule(r) || backupRule(r)) {
+					// delete only on a Cluster's isolation, backup and
+					// disruption budget objects, which a spec change must be
+					// able to remove (templates/_helpers.tpl).
+					if v == "delete" && (isolationRule(r) || backupRule(r) || disruptionRule(r)) {
 						continue
 					}
 					if slices.Contains(r.Verbs, v) {
@@ -380,6 +381,13 @@ func backupRule(r rbacv1.PolicyRule) bool {
 		return slices.Equal(r.Resources, []string{"serviceaccounts"})
 	}
 	return false
+}
+
+// disruptionRule reports whether r is about the servers'
+// PodDisruptionBudget only, which goes when a Cluster shrinks to one server
+// or pauses.
+func disruptionRule(r rbacv1.PolicyRule) bool {
+	return slices.Equal(r.APIGroups, []string{"policy"}) && slices.Equal(r.Resources, []string{"poddisruptionbudgets"})
 }
 
 // isolationRule reports whether r is about a Cluster's ResourceQuota,
