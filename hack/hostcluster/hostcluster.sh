@@ -8,11 +8,21 @@
 #   hostcluster.sh down               stop everything and remove the cluster's state
 #   hostcluster.sh import IMAGE.tar…  load image tarballs into the node's containerd
 #   hostcluster.sh status             what runs, and the node
-#   hostcluster.sh restart [SECONDS]  restart the node as a power cut does: its kubelet,
+#   hostcluster.sh restart [SECONDS]  restart node 1 as a power cut does: its kubelet,
 #                                     kube-proxy, containerd and every container killed at
 #                                     once, mounts, network namespaces, iptables rules and
 #                                     /run state gone; SECONDS (default 10) later started
 #                                     again with /var kept (images, volumes, kubelet state)
+#   hostcluster.sh restart-node I [SECONDS]  the same for node I
+#   hostcluster.sh kill-node I        node I loses power and its network: it stops
+#                                     answering and never comes back on its own
+#                                     (restart-node I brings it back)
+#
+# HOSTCLUSTER_NODES=N (default 1) runs N nodes under one control plane. Node 1 is
+# this machine's own network namespace; node I (2..N) is a kubelet, containerd,
+# kube-proxy and network policy controller of its own in network namespace
+# k3khc-nI (address 10.245.0.I on bridge k3khcn, pods 10.244.(I-1).0/24 routed
+# through it), its own cgroup root /k3khc-nI and its state in nodes/nI.
 #
 # Needs root. Everything the cluster owns lives under $HOSTCLUSTER_DIR (default
 # /tmp/k3k-hostcluster); `down` stops only the cluster's own programs (binaries it
@@ -41,7 +51,10 @@ SOCK=$RUN/containerd/containerd.sock
 KUBECTL=$TOOLS/kubectl
 export KUBECONFIG=$DIR/kubeconfig
 
-POD_CIDR=10.244.0.0/16
+NODES=${HOSTCLUSTER_NODES:-1}
+[[ "$NODES" =~ ^[1-9]$ ]] || { echo "hostcluster: HOSTCLUSTER_NODES=$NODES: want 1 to 9" >&2; exit 2; }
+POD_CIDR=10.244.0.0/16 # all nodes' pods; node 1's alone while it is the only one
+LINK_BRIDGE=k3khcn LINK_NET=10.245.0 # between this machine and nodes 2..N
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
 DNS_IP=10.96.0.10
@@ -59,7 +72,7 @@ NODE_IP=${NODE_IP:-$(default_ip || true)}
 
 say() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
 die() { printf 'hostcluster: %s\n' "$*" >&2; exit 1; }
-ctr_() { "$TOOLS/ctr" --address "$SOCK" --namespace k8s.io "$@"; }
+ctr_() { "$TOOLS/ctr" --address "${N_SOCK:-$SOCK}" --namespace k8s.io "$@"; }
 kc() { "$KUBECTL" "$@"; }
 
 # until SECONDS WHAT COMMAND…: retry COMMAND every half second.
@@ -149,16 +162,56 @@ cmd_build() {
   say "build done"
 }
 
+# use_node I sets the variables naming node I's programs, files and addresses:
+# N_SFX (suffix of its programs' pid and log files), N_NAME, N_IP, N_CIDR,
+# N_ETC, N_VAR, N_RUN, N_SOCK, N_CNI (its CNI network's name), N_KUBELET_KC,
+# N_PROXY_KC, N_ADMIN_KC and N_EXEC (the command prefix that runs a program
+# in its network namespace: none for node 1). Node 1's are what they were
+# before there were other nodes.
+use_node() {
+  local i=$1
+  if [ "$i" = 1 ]; then
+    N_SFX="" N_NAME=$NODE N_IP=$NODE_IP N_ETC=$ETC N_VAR=$VAR N_RUN=$RUN N_SOCK=$SOCK N_CNI=$CNI_NETWORK
+    N_CIDR=$POD_CIDR
+    [ "$NODES" = 1 ] || N_CIDR=10.244.0.0/24
+    N_KUBELET_KC=$PKI/kubelet.kubeconfig N_PROXY_KC=$PKI/kube-proxy.kubeconfig N_ADMIN_KC=$PKI/admin.kubeconfig
+    N_EXEC=()
+    return
+  fi
+  N_SFX=-n$i N_NAME=$NODE-n$i N_IP=$LINK_NET.$i N_CIDR=10.244.$((i - 1)).0/24 N_CNI=k3khc-n$i
+  N_ETC=$DIR/nodes/n$i/etc N_VAR=$DIR/nodes/n$i/var N_RUN=$DIR/nodes/n$i/run
+  N_SOCK=$N_RUN/containerd/containerd.sock
+  N_KUBELET_KC=$PKI/kubelet-$N_NAME.kubeconfig N_PROXY_KC=$PKI/kube-proxy-remote.kubeconfig N_ADMIN_KC=$PKI/admin-remote.kubeconfig
+  # nsenter, not `ip netns exec`: that one also remounts /sys, which hides
+  # the cgroup hierarchies from the kubelet and runc.
+  N_EXEC=(nsenter --net=/run/netns/k3khc-n$i)
+}
+
+# in_node CMD…: runs CMD in the current node's network namespace.
+in_node() { "${N_EXEC[@]}" "$@"; }
+
 write_config() {
-  mkdir -p "$ETC/cni" "$VAR" "$RUN/containerd" "$LOG"
-  cat >"$ETC/containerd.toml" <<EOF
+  local i
+  for i in $(seq "$NODES"); do
+    use_node "$i"
+    write_node_config "$i"
+  done
+}
+
+# write_node_config I writes node I's containerd, CNI, kubelet and
+# kube-proxy configuration (node I's variables set).
+write_node_config() {
+  local cgroup_root=""
+  [ "$1" = 1 ] || cgroup_root="cgroupRoot: /k3khc-n$1"
+  mkdir -p "$N_ETC/cni" "$N_VAR" "$N_RUN/containerd" "$LOG"
+  cat >"$N_ETC/containerd.toml" <<EOF
 version = 2 # containerd 2 migrates it in memory (a warning in its log)
-root = "$VAR/containerd"
-state = "$RUN/containerd"
+root = "$N_VAR/containerd"
+state = "$N_RUN/containerd"
 [grpc]
-  address = "$SOCK"
+  address = "$N_SOCK"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$VAR/containerd-opt"
+  path = "$N_VAR/containerd-opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.10"
   # The sandbox lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, so keep
@@ -171,27 +224,27 @@ state = "$RUN/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$RUN/runc"
+        Root = "$N_RUN/runc"
         BinaryName = "$TOOLS/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$ETC/cni"
+    conf_dir = "$N_ETC/cni"
 EOF
-  cat >"$ETC/cni/10-$CNI_NETWORK.conflist" <<EOF
+  cat >"$N_ETC/cni/10-$N_CNI.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
-  "name": "$CNI_NETWORK",
+  "name": "$N_CNI",
   "plugins": [
     {
       "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}],
-               "dataDir": "$VAR/cni-ipam"}
+      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$N_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}],
+               "dataDir": "$N_VAR/cni-ipam"}
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
 EOF
-  cat >"$ETC/kubelet.yaml" <<EOF
+  cat >"$N_ETC/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:
@@ -199,13 +252,14 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $PKI/ca.crt}
 authorization: {mode: Webhook}
-address: $NODE_IP
+address: $N_IP
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
-containerRuntimeEndpoint: unix://$SOCK
+containerRuntimeEndpoint: unix://$N_SOCK
+$cgroup_root
 clusterDomain: cluster.local
 clusterDNS: [$DNS_IP]
 resolvConf: /etc/resolv.conf
@@ -220,11 +274,11 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 EOF
-  cat >"$ETC/kube-proxy.yaml" <<EOF
+  cat >"$N_ETC/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-clientConnection: {kubeconfig: $PKI/kube-proxy.kubeconfig}
-hostnameOverride: $NODE
+clientConnection: {kubeconfig: $N_PROXY_KC}
+hostnameOverride: $N_NAME
 mode: iptables
 clusterCIDR: $POD_CIDR
 nodePortAddresses: [primary]
@@ -275,8 +329,20 @@ cmd_up() {
   sysctl -qw net.ipv4.ip_forward=1
   raise_inotify_limits
   mkdir -p "$PKI" "$RUN" "$LOG"
-  "$BIN/pki" -dir "$PKI" -node "$NODE" -node-ip "$NODE_IP" -service-ip "$SERVICE_IP"
+  local i extra=()
+  for i in $(seq 2 "$NODES"); do use_node "$i"; extra+=("$N_NAME"); done
+  "$BIN/pki" -dir "$PKI" -node "$NODE" -node-ip "$NODE_IP" -service-ip "$SERVICE_IP" \
+    ${extra[0]:+-extra-nodes "$(IFS=,; echo "${extra[*]}")" -remote-server "https://$NODE_IP:6443"}
   cp "$PKI/admin.kubeconfig" "$KUBECONFIG"
+  if [ "$NODES" -gt 1 ]; then
+    # Nodes 2..N reach the apiserver at this machine's address, not 127.0.0.1.
+    local kc_
+    for kc_ in kube-proxy admin; do
+      sed "s#server: https://127.0.0.1:6443#server: https://$NODE_IP:6443#" "$PKI/$kc_.kubeconfig" >"$PKI/$kc_-remote.kubeconfig"
+    done
+    link_up
+    for i in $(seq 2 "$NODES"); do node_net_up "$i"; done
+  fi
   write_config
 
   launch etcd "$TOOLS/etcd" --name hostcluster --data-dir "$VAR/etcd" \
@@ -284,7 +350,7 @@ cmd_up() {
     --listen-peer-urls http://127.0.0.1:2480 --initial-advertise-peer-urls http://127.0.0.1:2480 \
     --initial-cluster hostcluster=http://127.0.0.1:2480 --listen-metrics-urls http://127.0.0.1:2481 \
     --unsafe-no-fsync --log-level warn
-  start_containerd
+  for i in $(seq "$NODES"); do use_node "$i"; start_containerd; done
   # k3s's Kubernetes (hack/k3s.sh) writes the loopback client certificate into
   # --cert-dir; its default, /var/run/kubernetes, is not ours to create.
   mkdir -p "$VAR/kube-apiserver"
@@ -301,7 +367,7 @@ cmd_up() {
   # /etc/hosts maps the hostname to 127.0.0.1 here: the apiserver must reach the
   # kubelet by the node's InternalIP (above), and the kubelet must report it (below).
 
-  until_ok 30 containerd test -S "$SOCK"
+  for i in $(seq "$NODES"); do use_node "$i"; until_ok 30 "containerd$N_SFX" test -S "$N_SOCK"; done
   cmd_import "$IMAGES"/*.tar
   until_ok 90 kube-apiserver kc get --raw /readyz
   say "apiserver ready"
@@ -317,11 +383,46 @@ cmd_up() {
     --leader-elect=false --bind-address=127.0.0.1 --profiling=false
   kc apply -f "$ROOT/hack/hostcluster/manifests/storage.yaml" >/dev/null
   launch provisioner "$BIN/provisioner" --kubeconfig "$PKI/admin.kubeconfig" --root "$VAR/volumes"
-  start_node_agents
+  for i in $(seq "$NODES"); do use_node "$i"; start_node_agents; done
   until_ok 60 "default service account" kc get serviceaccount default
   kc apply -f "$ROOT/hack/hostcluster/manifests/coredns.yaml" >/dev/null
   kc -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null || die "coredns did not become ready"
   say "up: export KUBECONFIG=$KUBECONFIG"
+}
+
+# link_up makes the bridge between this machine and nodes 2..N.
+link_up() {
+  ip link add "$LINK_BRIDGE" type bridge 2>/dev/null || true
+  ip addr replace "$LINK_NET.1/24" dev "$LINK_BRIDGE"
+  ip link set "$LINK_BRIDGE" up
+}
+
+# node_net_up I gives node I its network namespace, its address on the link
+# bridge, a default route through this machine and this machine a route to
+# its pods, and its cgroup root in every cgroup hierarchy.
+node_net_up() {
+  local i=$1 ns=k3khc-n$1 veth=k3khcv$1
+  use_node "$i"
+  ip netns add "$ns"
+  ip link add "$veth" type veth peer name eth0 netns "$ns"
+  ip link set "$veth" master "$LINK_BRIDGE" up
+  in_node ip link set lo up
+  in_node ip addr add "$N_IP/24" dev eth0
+  in_node ip link set eth0 up
+  in_node ip route add default via "$LINK_NET.1"
+  in_node sysctl -qw net.ipv4.ip_forward=1
+  in_node sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+  ip route replace "$N_CIDR" via "$N_IP"
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    [ -L "${h%/}" ] && continue # cpu and cpuacct name one hierarchy
+    mkdir -p "$h$ns"
+    # A cpuset cgroup holds no task until it has CPUs and memory nodes.
+    if [ -f "${h}cpuset.cpus" ]; then
+      cat "${h}cpuset.cpus" >"$h$ns/cpuset.cpus"
+      cat "${h}cpuset.mems" >"$h$ns/cpuset.mems"
+    fi
+  done
 }
 
 # The node's own programs (what a node restart stops) are containerd, the
@@ -330,87 +431,125 @@ cmd_up() {
 # control plane, which lives elsewhere in a real cluster and stays up.
 NODE_PROGRAMS="netpol kube-proxy kubelet containerd"
 
+# start_containerd starts the current node's containerd.
 start_containerd() {
   # k3s's containerd (v2.1, from the k3s build) finds its shim on the PATH.
-  launch containerd env PATH="$TOOLS:$PATH" "$TOOLS/containerd" --config "$ETC/containerd.toml"
+  launch "containerd$N_SFX" "${N_EXEC[@]}" env PATH="$TOOLS:$PATH" "$TOOLS/containerd" --config "$N_ETC/containerd.toml"
 }
 
-# start_node_agents starts the kubelet and kube-proxy, waits for the node to be
-# Ready, then starts the network policy controller.
+# start_node_agents starts the current node's kubelet and kube-proxy, waits
+# for the node to be Ready, then starts its network policy controller.
 start_node_agents() {
-  launch kubelet "$TOOLS/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
-    --root-dir="$VAR/kubelet" --cert-dir="$VAR/kubelet/pki" --node-ip="$NODE_IP" --hostname-override="$NODE"
-  launch kube-proxy "$TOOLS/kube-proxy" --config="$ETC/kube-proxy.yaml"
-  until_ok 90 "node $NODE Ready" node_ready
-  say "node Ready"
+  launch "kubelet$N_SFX" "${N_EXEC[@]}" "$TOOLS/kubelet" --config="$N_ETC/kubelet.yaml" --kubeconfig="$N_KUBELET_KC" \
+    --root-dir="$N_VAR/kubelet" --cert-dir="$N_VAR/kubelet/pki" --node-ip="$N_IP" --hostname-override="$N_NAME"
+  launch "kube-proxy$N_SFX" "${N_EXEC[@]}" "$TOOLS/kube-proxy" --config="$N_ETC/kube-proxy.yaml"
+  until_ok 90 "node $N_NAME Ready" node_ready "$N_NAME"
+  say "node $N_NAME Ready"
   if [ "$NETPOL" = 1 ]; then
     # It reads the node's addresses when it starts, so only once the node is Ready.
-    launch netpol "$TOOLS/netpol" -kubeconfig "$PKI/admin.kubeconfig" -node "$NODE" -service-cidr "$SERVICE_CIDR" -v=1
-    until_ok 60 "the network policy controller's chains" iptables -w -S KUBE-ROUTER-FORWARD
-    say "network policy enforced (kube-router netpol)"
+    launch "netpol$N_SFX" "${N_EXEC[@]}" "$TOOLS/netpol" -kubeconfig "$N_ADMIN_KC" -node "$N_NAME" -service-cidr "$SERVICE_CIDR" -v=1
+    until_ok 60 "the network policy controller's chains" in_node iptables -w -S KUBE-ROUTER-FORWARD
+    say "network policy enforced on $N_NAME (kube-router netpol)"
   fi
 }
 
-# cmd_restart emulates a node that loses power and boots again: every program
-# of the node and every container dies at once (SIGKILL, no pod is stopped
-# gracefully, nothing is told), and what a boot clears is cleared (mounts,
-# network namespaces, the bridge, iptables rules and ipsets, containerd's and
-# runc's state under /run). What lives on the node's disk stays: images,
-# volumes, containerd's metadata, the kubelet's directory. The control plane
-# keeps running, as it would on other machines. After DOWNTIME seconds the
-# node's programs start again and the kubelet finds its pods without
-# containers, as after a real boot.
-cmd_restart() {
-  local downtime=${1:-10}
-  need_root
-  [[ "$downtime" =~ ^[0-9]+$ ]] || die "restart: SECONDS must be a whole number, not '$downtime'"
-  [ -f "$ETC/kubelet.yaml" ] || die "there is no node to restart: run '$0 up' first"
-  say "node $NODE: power cut"
-  local name pid child
+# power_cut kills the current node's programs and every container of its
+# containerd at once (SIGKILL, no pod stopped gracefully, nothing told), then
+# clears what a boot clears (forget_boot_state) and containerd's and runc's
+# state under its run directory. Its disk stays: images, volumes,
+# containerd's metadata, the kubelet's directory.
+power_cut() {
+  say "node $N_NAME: power cut"
+  local name pid child cmd
   for name in $NODE_PROGRAMS; do
-    pid=$(cat "$RUN/$name.pid" 2>/dev/null) || continue
-    rm -f "$RUN/$name.pid"
+    pid=$(cat "$RUN/$name$N_SFX.pid" 2>/dev/null) || continue
+    rm -f "$RUN/$name$N_SFX.pid"
     ours "$pid" && kill -9 "$pid" 2>/dev/null || true
   done
-  # The containers: each shim's children are its containers' first processes
-  # (killing one ends its PID namespace), then the shims.
+  # The containers: each shim of this node's containerd (its -address is the
+  # node's socket) is the parent of its containers' first processes (killing
+  # one ends its PID namespace); then the shims.
   for pid in $(pgrep -f -- "$DIR/" || true); do
     ours "$pid" || continue
-    case "$(readlink "/proc/$pid/exe" 2>/dev/null)" in
-      */containerd-shim*)
-        for child in $(pgrep -P "$pid" || true); do kill -9 "$child" 2>/dev/null || true; done
-        kill -9 "$pid" 2>/dev/null || true
-        ;;
-    esac
+    case "$(readlink "/proc/$pid/exe" 2>/dev/null)" in */containerd-shim*) ;; *) continue ;; esac
+    cmd=" $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) "
+    [[ "$cmd" == *" -address $N_SOCK "* ]] || continue
+    for child in $(pgrep -P "$pid" || true); do kill -9 "$child" 2>/dev/null || true; done
+    kill -9 "$pid" 2>/dev/null || true
   done
   sleep 0.5
   forget_boot_state
-  rm -rf "$RUN/containerd" "$RUN/runc"
+  rm -rf "$N_RUN/containerd" "$N_RUN/runc"
   # The logs of the node's programs before the cut stay beside the new ones.
   local stamp
   stamp=$(date +%H%M%S)
   for name in $NODE_PROGRAMS; do
-    [ -f "$LOG/$name.log" ] && mv "$LOG/$name.log" "$LOG/$name.before-restart-$stamp.log"
+    [ -f "$LOG/$name$N_SFX.log" ] && mv "$LOG/$name$N_SFX.log" "$LOG/$name$N_SFX.before-restart-$stamp.log"
   done
-  say "node $NODE: down for ${downtime}s"
-  sleep "$downtime"
-  say "node $NODE: boot"
-  mkdir -p "$RUN/containerd"
-  start_containerd
-  until_ok 30 containerd test -S "$SOCK"
-  start_node_agents
-  say "node $NODE: restarted"
+  return 0
 }
 
-# forget_boot_state removes what a machine's restart removes: mounts under our
-# directory (deepest first: kubelet volumes, overlay root filesystems, shm),
-# network namespaces no process uses any more, the CNI plugin's cached
-# results, the network policy controller's and kube-proxy's iptables rules and
-# ipsets, and the bridge.
+# boot starts the current node's programs again after a power cut.
+boot() {
+  say "node $N_NAME: boot"
+  mkdir -p "$N_RUN/containerd"
+  start_containerd
+  until_ok 30 "containerd$N_SFX" test -S "$N_SOCK"
+  start_node_agents
+  say "node $N_NAME: restarted"
+}
+
+# cmd_restart I SECONDS emulates node I losing power and booting again: a
+# power cut, DOWNTIME seconds, a boot; the kubelet finds its pods without
+# containers, as after a real boot. The control plane keeps running, as it
+# would on other machines.
+cmd_restart() {
+  local i=$1 downtime=${2:-10}
+  need_root
+  [[ "$i" =~ ^[1-9]$ ]] || die "restart-node: I must be a node number (1 to 9), not '$i'"
+  [[ "$downtime" =~ ^[0-9]+$ ]] || die "restart: SECONDS must be a whole number, not '$downtime'"
+  use_node "$i"
+  [ -f "$N_ETC/kubelet.yaml" ] || die "there is no node $i to restart: run '$0 up' (HOSTCLUSTER_NODES) first"
+  power_cut
+  [ "$i" = 1 ] || ip link set "k3khcv$i" up # after kill-node
+  say "node $N_NAME: down for ${downtime}s"
+  sleep "$downtime"
+  boot
+}
+
+# cmd_kill I: node I loses power and its network for good: a power cut, then
+# its link to this machine goes down, so it answers nothing (its pods' IPs
+# included) until restart-node I. Node 1 holds this machine's own network and
+# cannot be cut off that way.
+cmd_kill() {
+  local i=$1
+  need_root
+  [[ "$i" =~ ^[2-9]$ ]] || die "kill-node: I must be a node number from 2 to 9, not '$i'"
+  use_node "$i"
+  [ -f "$N_ETC/kubelet.yaml" ] || die "there is no node $i: run '$0 up' with HOSTCLUSTER_NODES=$i or more first"
+  power_cut
+  ip link set "k3khcv$i" down
+  say "node $N_NAME: killed (restart-node $i brings it back)"
+}
+
+# forget_boot_state removes what the current node's restart removes: mounts
+# under its directories (deepest first: kubelet volumes, overlay root
+# filesystems, shm), network namespaces no process uses any more, its CNI
+# network's cached results, the network policy controller's and kube-proxy's
+# iptables rules and ipsets, and its bridge.
 forget_boot_state() {
-  awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+  awk -v v="$N_VAR/" -v r="$N_RUN/" 'index($2, v) == 1 || index($2, r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done || true
+  forget_pod_netns
+  rm -f /var/lib/cni/results/"$N_CNI"-* 2>/dev/null || true
+  clean_netpol
+  clean_iptables
+  in_node ip link del "$BRIDGE" 2>/dev/null || true
+}
+
+# forget_pod_netns removes the pod network namespaces no process uses any more.
+forget_pod_netns() {
   local ns
   for ns in /run/netns/cni-*; do
     [ -e "$ns" ] || continue
@@ -418,40 +557,60 @@ forget_boot_state() {
     umount "$ns" 2>/dev/null || true
     rm -f "$ns"
   done
-  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
-  clean_netpol
-  clean_iptables
-  ip link del "$BRIDGE" 2>/dev/null || true
 }
 
 node_ready() {
-  [ "$(kc get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
+  [ "$(kc get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+# made_nodes lists the numbers of the nodes the last `up` made (1, and each
+# nodes/nI directory).
+made_nodes() {
+  echo 1
+  local d
+  for d in "$DIR"/nodes/n*; do
+    [ -d "$d" ] && echo "${d##*/n}"
+  done
+  return 0
 }
 
 cmd_down() {
   local quiet=${1:-}
   need_root
   [ -d "$DIR" ] || return 0
+  local i nodes
+  nodes=$(made_nodes)
   # With the apiserver and kubelet alive, let the kubelet tear pods down properly
   # (CNI DEL, volume unmounts) before anything is killed.
   if [ -f "$RUN/kube-apiserver.pid" ] && [ -f "$RUN/kubelet.pid" ] && [ -x "$KUBECTL" ]; then
     halt kube-controller-manager
     halt kube-scheduler
     kc delete pods --all --all-namespaces --force --grace-period=0 --wait=false --request-timeout=5s >/dev/null 2>&1 || true
-    for _ in $(seq 60); do
-      [ -z "$(ctr_ tasks ls -q 2>/dev/null)" ] && break
-      sleep 0.5
+    for i in $nodes; do
+      use_node "$i"
+      for _ in $(seq 60); do
+        [ -z "$(ctr_ tasks ls -q 2>/dev/null)" ] && break
+        sleep 0.5
+      done
     done
   fi
   local name
-  for name in netpol provisioner kube-proxy kubelet kube-scheduler kube-controller-manager; do halt "$name"; done
-  if [ -S "$SOCK" ] && [ -f "$RUN/containerd.pid" ]; then
-    local id
-    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
-    sleep 0.5
-    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$id" >/dev/null 2>&1 || true; done
-  fi
-  for name in containerd kube-apiserver etcd; do halt "$name"; done
+  for i in $nodes; do
+    use_node "$i"
+    for name in netpol kube-proxy kubelet; do halt "$name$N_SFX"; done
+  done
+  for name in provisioner kube-scheduler kube-controller-manager; do halt "$name"; done
+  for i in $nodes; do
+    use_node "$i"
+    if [ -S "$N_SOCK" ] && [ -f "$RUN/containerd$N_SFX.pid" ]; then
+      local id
+      for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+      sleep 0.5
+      for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$id" >/dev/null 2>&1 || true; done
+    fi
+    halt "containerd$N_SFX"
+  done
+  for name in kube-apiserver etcd; do halt "$name"; done
   # Whatever is left that names our directory: the shims (their -address is our
   # socket) and anything from a run whose pid files are gone. A shim is the parent
   # of its containers' first processes; killing those ends each container's PID
@@ -468,64 +627,94 @@ cmd_down() {
     [ "$pid" != $$ ] && ours "$pid" && kill -9 "$pid" 2>/dev/null || true
   done
   sleep 0.2
-  forget_boot_state
-  rm -rf "$VAR" "$RUN" "$PKI" "$ETC" "$KUBECONFIG"
+  # Mounts below our directory, deepest first, whichever node made them.
+  awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done || true
+  for i in $nodes; do
+    use_node "$i"
+    if [ "$i" = 1 ]; then
+      forget_boot_state
+      continue
+    fi
+    # A network namespace takes its iptables rules, ipsets, bridge and veth
+    # with it; the cgroups go once empty, deepest first.
+    ip netns del "k3khc-n$i" 2>/dev/null || true
+    ip route del "$N_CIDR" 2>/dev/null || true
+    local h
+    for h in /sys/fs/cgroup/*/; do
+      [ -d "${h}k3khc-n$i" ] && find "${h}k3khc-n$i" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
+  done
+  forget_pod_netns
+  ip link del "$LINK_BRIDGE" 2>/dev/null || true
+  rm -rf "$VAR" "$RUN" "$PKI" "$ETC" "$DIR/nodes" "$KUBECONFIG"
   [ -n "$quiet" ] || say "down"
 }
 
 # clean_iptables removes the chains kube-proxy, kubelet and the CNI portmap plugin
-# made (KUBE-*, CNI-*) and the rules that jump to them.
+# made (KUBE-*, CNI-*) in the current node's network namespace, and the rules
+# that jump to them.
 clean_iptables() {
-  [ -x "$TOOLS/kube-proxy" ] && "$TOOLS/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  [ -x "$TOOLS/kube-proxy" ] && in_node "$TOOLS/kube-proxy" --cleanup >/dev/null 2>&1 || true
   local ipt table rule chain
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for table in filter nat mangle; do
-      "$ipt" -t "$table" -S 2>/dev/null | grep -E '^-A [^ ]+ .*-j (KUBE-|CNI-)' | grep -vE '^-A (KUBE-|CNI-)' |
+      in_node "$ipt" -t "$table" -S 2>/dev/null | grep -E '^-A [^ ]+ .*-j (KUBE-|CNI-)' | grep -vE '^-A (KUBE-|CNI-)' |
         sed 's/^-A /-D /' | while read -r rule; do
-          eval "$ipt -t $table $rule" 2>/dev/null || true
+          eval "in_node $ipt -t $table $rule" 2>/dev/null || true
         done || true
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '/^-N (KUBE-|CNI-)/ {print $2}'); do
-        "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
+      for chain in $(in_node "$ipt" -t "$table" -S 2>/dev/null | awk '/^-N (KUBE-|CNI-)/ {print $2}'); do
+        in_node "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
       done
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '/^-N (KUBE-|CNI-)/ {print $2}'); do
-        "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
+      for chain in $(in_node "$ipt" -t "$table" -S 2>/dev/null | awk '/^-N (KUBE-|CNI-)/ {print $2}'); do
+        in_node "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
       done
     done
   done
 }
 
 # clean_netpol removes the network policy controller's iptables rules and
-# ipsets (its own cleanup, then any KUBE-SRC-*/KUBE-DST-* set left over, once
-# no rule refers to it any more).
+# ipsets in the current node's network namespace (its own cleanup, then any
+# KUBE-SRC-*/KUBE-DST-* set left over, once no rule refers to it any more).
 clean_netpol() {
   local log=/dev/null
-  [ -d "$LOG" ] && log=$LOG/netpol-cleanup.log
-  [ -x "$TOOLS/netpol" ] && "$TOOLS/netpol" -cleanup >"$log" 2>&1 || true
+  [ -d "$LOG" ] && log=$LOG/netpol$N_SFX-cleanup.log
+  [ -x "$TOOLS/netpol" ] && in_node "$TOOLS/netpol" -cleanup >"$log" 2>&1 || true
   command -v ipset >/dev/null || return 0
   local set
-  for set in $(ipset -n list 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' || true); do
-    ipset destroy "$set" 2>/dev/null || true
+  for set in $(in_node ipset -n list 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' || true); do
+    in_node ipset destroy "$set" 2>/dev/null || true
   done
 }
 
+# cmd_import loads image tarballs into every node's containerd.
 cmd_import() {
   need_root
   [ $# -gt 0 ] || die "usage: $0 import IMAGE.tar…"
-  [ -S "$SOCK" ] || die "containerd is not running: run '$0 up' first"
-  local f
-  for f in "$@"; do
-    [ -f "$f" ] || die "$f: no such file"
-    ctr_ images import "$f" >/dev/null
-    say "imported $f"
+  local f i
+  for i in $(made_nodes); do
+    use_node "$i"
+    [ -S "$N_SOCK" ] || die "containerd$N_SFX is not running: run '$0 up' first"
+    for f in "$@"; do
+      [ -f "$f" ] || die "$f: no such file"
+      ctr_ images import "$f" >/dev/null
+      [ "$i" = 1 ] && say "imported $f"
+    done
   done
+  return 0
 }
 
 cmd_status() {
-  local name pid state running=0
-  local want=8
-  [ "$NETPOL" = 1 ] && want=9
-  for name in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy provisioner $([ "$NETPOL" = 1 ] && echo netpol); do
+  local name pid state running=0 want=0 i
+  local programs="etcd kube-apiserver kube-controller-manager kube-scheduler provisioner"
+  for i in $(made_nodes); do
+    use_node "$i"
+    for name in containerd kubelet kube-proxy $([ "$NETPOL" = 1 ] && echo netpol); do programs+=" $name$N_SFX"; done
+  done
+  for name in $programs; do
+    want=$((want + 1))
     pid=$(cat "$RUN/$name.pid" 2>/dev/null || true)
     if [ -n "$pid" ] && ours "$pid"; then state="running (pid $pid)"; running=$((running + 1)); else state="stopped"; fi
     printf '%-24s %s\n' "$name" "$state"
@@ -542,6 +731,8 @@ case "${1:-}" in
   down) cmd_down ;;
   import) shift; cmd_import "$@" ;;
   status) cmd_status ;;
-  restart) shift; cmd_restart "$@" ;;
-  *) echo "usage: $0 build|up|down|import IMAGE.tar…|status|restart [SECONDS]" >&2; exit 2 ;;
+  restart) shift; cmd_restart 1 "$@" ;;
+  restart-node) shift; cmd_restart "$@" ;;
+  kill-node) shift; cmd_kill "$@" ;;
+  *) echo "usage: $0 build|up|down|import IMAGE.tar…|status|restart [SECONDS]|restart-node I [SECONDS]|kill-node I" >&2; exit 2 ;;
 esac

@@ -2,8 +2,11 @@
 // cluster into one directory: a CA, the apiserver's serving and kubelet-client
 // certificates, the service-account key pair, and a kubeconfig (certificates
 // embedded) for each client: admin, controller-manager, scheduler, kubelet and
-// kube-proxy. Everything is regenerated on each run; a host cluster's PKI lives
-// exactly as long as its etcd data.
+// kube-proxy. With -extra-nodes it also writes kubelet-NAME.kubeconfig for each
+// further node, pointing at -remote-server (those nodes run in network
+// namespaces of their own, where 127.0.0.1 is not the apiserver). Everything
+// is regenerated on each run; a host cluster's PKI lives exactly as long as
+// its etcd data.
 package main
 
 import (
@@ -22,6 +25,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -40,14 +44,72 @@ func main() {
 	nodeIP := flag.String("node-ip", "", "node IP address (required)")
 	serviceIP := flag.String("service-ip", "10.96.0.1", "first address of the service range (the kubernetes Service)")
 	server := flag.String("server", "https://127.0.0.1:6443", "apiserver URL written into kubeconfigs")
+	extraNodes := flag.String("extra-nodes", "", "comma-separated names of further nodes, each getting kubelet-NAME.kubeconfig")
+	remoteServer := flag.String("remote-server", "", "apiserver URL written into the further nodes' kubeconfigs (required with -extra-nodes)")
 	flag.Parse()
-	if *dir == "" || *node == "" || net.ParseIP(*nodeIP) == nil || net.ParseIP(*serviceIP) == nil {
+	var extra []string
+	if *extraNodes != "" {
+		extra = strings.Split(*extraNodes, ",")
+	}
+	if *dir == "" || *node == "" || net.ParseIP(*nodeIP) == nil || net.ParseIP(*serviceIP) == nil || (len(extra) > 0 && *remoteServer == "") {
 		flag.Usage()
 		os.Exit(2)
 	}
 	if err := run(*dir, *node, net.ParseIP(*nodeIP), net.ParseIP(*serviceIP), *server); err != nil {
 		log.Fatal(err)
 	}
+	if err := extraKubelets(*dir, extra, *remoteServer); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// extraKubelets writes kubelet-NAME.kubeconfig for each further node, signed
+// by the CA run wrote, with the identity the NodeRestriction admission
+// plugin expects of that node's kubelet.
+func extraKubelets(dir string, nodes []string, server string) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	ca, err := readKeyPair(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		kp, err := client(ca, "system:node:"+n, "system:nodes")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "kubelet-"+n+".kubeconfig"), kubeconfig(server, ca.certPEM, kp), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readKeyPair loads a certificate and its EC key written by this program.
+func readKeyPair(certFile, keyFile string) (*keyPair, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("%s or %s holds no PEM block", certFile, keyFile)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return &keyPair{cert: cert, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
 }
 
 func run(dir, node string, nodeIP, serviceIP net.IP, server string) error {

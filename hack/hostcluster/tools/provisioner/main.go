@@ -1,4 +1,4 @@
-// Command provisioner is a dynamic volume provisioner for a single-node cluster:
+// Command provisioner is a dynamic volume provisioner for the host cluster:
 // each pending PVC of a StorageClass naming it gets a hostPath PV in a fresh
 // directory under -root, and a Released PV it made whose reclaim policy is Delete
 // is removed together with its directory. It polls once a second, which is plenty
@@ -155,7 +155,12 @@ func (p *provisioner) provision(ctx context.Context, sc *storagev1.StorageClass,
 			},
 		},
 	}
-	if node := pvc.Annotations[selectedNode]; node != "" {
+	// A class with parameter shared: "true" emulates network storage: the
+	// nodes of a host cluster share this machine's disk, so its directory is
+	// reachable from every node and the volume gets no node affinity (a pod
+	// moves to another node with its data). Otherwise the volume is bound to
+	// the node the scheduler chose, as a local disk is.
+	if node := pvc.Annotations[selectedNode]; node != "" && sc.Parameters["shared"] != "true" {
 		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
 				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
