@@ -355,6 +355,14 @@ func TestEtcdMembersAndPodFinalizersAgainstARealMember(t *testing.T) {
 	if s := podState(t, c, "k3k-fin-server-0"); s != "live+finalizer" {
 		t.Fatalf("server pod 0 is %s, want it to carry the finalizer", s)
 	}
+	// The pod was told of the roster now published (its kubelet syncs it and
+	// rewrites the mounted roster at once).
+	rosterCM, pod := &corev1.ConfigMap{}, &corev1.Pod{}
+	get(t, c, n.EtcdRoster, rosterCM)
+	get(t, c, "k3k-fin-server-0", pod)
+	if want := rosterCM.Annotations[AnnotationInputHash]; want == "" || pod.Annotations[AnnotationRosterHash] != want {
+		t.Fatalf("server pod 0 has roster hash %q, want the roster's %q", pod.Annotations[AnnotationRosterHash], want)
+	}
 
 	// Steady state with a live member: zero writes.
 	before := writes.count()

@@ -14,6 +14,10 @@ const (
 	// AnnotationConfigHash on the pod template rolls the servers when their
 	// generated k3s configuration changes.
 	AnnotationConfigHash = "k3k.io/config-hash"
+	// AnnotationRosterHash on a server pod is the input hash of the etcd
+	// roster the controller last told that pod's kubelet about
+	// (nudgeRosterReaders).
+	AnnotationRosterHash = "k3k.io/etcd-roster-hash"
 )
 
 // MaxServers is the most servers admission allows; the member certificate
