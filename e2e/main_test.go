@@ -306,7 +306,7 @@ func deleteShared(code int) {
 			continue
 		}
 		if err := host.CoreV1().Namespaces().Delete(context.Background(), v.namespace, metav1.DeleteOptions{}); err != nil {
-			fmt.Fprintf(os.Stderr, "deleting the shared cluster's namespace %s: %v\n", v.namespace, err)
+			fmt.Fprintf(os.Stderr, "deleting the namespace %s of a cluster scenarios shared: %v\n", v.namespace, err)
 		}
 	}
 }

@@ -99,7 +99,7 @@ func TestNodeRestart(t *testing.T) {
 	const ns = "restart"
 	writers := map[*vcluster]*ackedWriter{}
 	for _, v := range clusters {
-		createNamespace(t, v.client, ns)
+		createVirtualNamespace(t, v, ns)
 		createClientDeployment(t, v, ns)
 		waitClientHostPod(t, v, ns)
 		writers[v] = startWriter(v.client, ns)
@@ -214,7 +214,7 @@ func TestDrainEvictsOneEtcdMemberAtATime(t *testing.T) {
 		return pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.DisruptionsAllowed == 1, nil
 	})
 	const ns = "drain"
-	createNamespace(t, v.client, ns)
+	createVirtualNamespace(t, v, ns)
 	writer := startWriter(v.client, ns)
 
 	first, second := "k3k-"+v.name+"-server-1", "k3k-"+v.name+"-server-2"
@@ -340,21 +340,6 @@ func serverPodIPs(t *testing.T, v *vcluster) map[string]string {
 		ips[p.Name] = p.Status.PodIP
 	}
 	return ips
-}
-
-// createNamespace creates namespace ns in a virtual cluster; one that exists
-// is fine.
-func createNamespace(t *testing.T, c kubernetes.Interface, ns string) {
-	t.Helper()
-	if err := retry(func(ctx context.Context) error {
-		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("creating namespace %s in the virtual cluster: %v", ns, err)
-	}
 }
 
 // ackedWriter creates ConfigMaps w-1, w-2, … in a virtual namespace, one every

@@ -55,25 +55,19 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*dir, *node, net.ParseIP(*nodeIP), net.ParseIP(*serviceIP), *server); err != nil {
+	ca, err := run(*dir, *node, net.ParseIP(*nodeIP), net.ParseIP(*serviceIP), *server)
+	if err != nil {
 		log.Fatal(err)
 	}
-	if err := extraKubelets(*dir, extra, *remoteServer); err != nil {
+	if err := extraKubelets(*dir, ca, extra, *remoteServer); err != nil {
 		log.Fatal(err)
 	}
 }
 
 // extraKubelets writes kubelet-NAME.kubeconfig for each further node, signed
-// by the CA run wrote, with the identity the NodeRestriction admission
-// plugin expects of that node's kubelet.
-func extraKubelets(dir string, nodes []string, server string) error {
-	if len(nodes) == 0 {
-		return nil
-	}
-	ca, err := readKeyPair(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
-	if err != nil {
-		return err
-	}
+// by ca, with the identity the NodeRestriction admission plugin expects of
+// that node's kubelet.
+func extraKubelets(dir string, ca *keyPair, nodes []string, server string) error {
 	for _, n := range nodes {
 		kp, err := client(ca, "system:node:"+n, "system:nodes")
 		if err != nil {
@@ -86,51 +80,27 @@ func extraKubelets(dir string, nodes []string, server string) error {
 	return nil
 }
 
-// readKeyPair loads a certificate and its EC key written by this program.
-func readKeyPair(certFile, keyFile string) (*keyPair, error) {
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := os.ReadFile(keyFile)
-	if err != nil {
-		return nil, err
-	}
-	cb, _ := pem.Decode(certPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
-		return nil, fmt.Errorf("%s or %s holds no PEM block", certFile, keyFile)
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	return &keyPair{cert: cert, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
-}
-
-func run(dir, node string, nodeIP, serviceIP net.IP, server string) error {
+// run writes the CA and everything of node 1 and the control plane; it
+// returns the CA for the further nodes' identities.
+func run(dir, node string, nodeIP, serviceIP net.IP, server string) (*keyPair, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	ca, err := newKeyPair(&x509.Certificate{
 		Subject: pkix.Name{CommonName: "k3k-hostcluster-ca"}, IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
 	}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	write := func(name string, data []byte) error {
 		return os.WriteFile(filepath.Join(dir, name), data, 0o600)
 	}
 	if err := write("ca.crt", ca.certPEM); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("ca.key", ca.keyPEM); err != nil {
-		return err
+		return nil, err
 	}
 
 	serving, err := newKeyPair(&x509.Certificate{
@@ -140,43 +110,43 @@ func run(dir, node string, nodeIP, serviceIP net.IP, server string) error {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}, ca)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("apiserver.crt", serving.certPEM); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("apiserver.key", serving.keyPEM); err != nil {
-		return err
+		return nil, err
 	}
 
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	saPriv, err := x509.MarshalECPrivateKey(saKey)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	saPub, err := x509.MarshalPKIXPublicKey(saKey.Public())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("sa.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saPriv})); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPub})); err != nil {
-		return err
+		return nil, err
 	}
 
 	kubeletClient, err := client(ca, "kube-apiserver-kubelet-client", "system:masters")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("apiserver-kubelet-client.crt", kubeletClient.certPEM); err != nil {
-		return err
+		return nil, err
 	}
 	if err := write("apiserver-kubelet-client.key", kubeletClient.keyPEM); err != nil {
-		return err
+		return nil, err
 	}
 
 	clients := []struct{ file, cn, org string }{
@@ -189,13 +159,13 @@ func run(dir, node string, nodeIP, serviceIP net.IP, server string) error {
 	for _, c := range clients {
 		kp, err := client(ca, c.cn, c.org)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := write(c.file+".kubeconfig", kubeconfig(server, ca.certPEM, kp)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return ca, nil
 }
 
 func client(ca *keyPair, cn, org string) (*keyPair, error) {
