@@ -134,6 +134,11 @@ const (
 	// ReasonServerCrashLooping: a server container keeps exiting; the message
 	// has its last exit code.
 	ReasonServerCrashLooping = "ServerCrashLooping"
+	// ReasonServerNodeLost: a server pod is on a host node that has not been
+	// Ready for the controller's node-loss timeout, or whose Node is gone;
+	// the message says whether the controller replaces the pod (etcd, or a
+	// node known to be off) or what the operator must do first.
+	ReasonServerNodeLost = "ServerNodeLost"
 )
 
 // IsBlockingReason reports whether a condition reason names a cause that
@@ -141,7 +146,7 @@ const (
 // through). k3kcli shows the message of such conditions while it waits.
 func IsBlockingReason(reason string) bool {
 	switch reason {
-	case ReasonServerVolumePending, ReasonServerUnschedulable, ReasonServerImagePullFailing, ReasonServerCrashLooping:
+	case ReasonServerVolumePending, ReasonServerUnschedulable, ReasonServerImagePullFailing, ReasonServerCrashLooping, ReasonServerNodeLost:
 		return true
 	}
 	return false

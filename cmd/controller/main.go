@@ -71,6 +71,11 @@ const defaultWorkers = 4
 // for a small share of the CPU.
 const defaultServerGOGC = 25
 
+// defaultNodeLossTimeout is the default of --node-loss-timeout: as long as
+// Kubernetes itself tolerates a not-ready or unreachable node before it
+// evicts the node's pods (300 s), so a node that reboots is not counted lost.
+const defaultNodeLossTimeout = 5 * time.Minute
+
 // leaseTimings are the leader election's durations (client-go's
 // leaderelection.LeaderElectionConfig): a leader that cannot renew its Lease
 // within renewDeadline stops, and the pod restarts it.
@@ -129,6 +134,7 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch; empty means all")
 	fs.StringVar(&o.cfg.ServerImage, "server-image", "rancher/k3s", "k3s server image repository; the tag is spec.version or --default-version")
 	fs.StringVar(&o.cfg.DefaultVersion, "default-version", "v1.34.3-k3s1", "k3s image tag for Clusters without spec.version")
+	fs.DurationVar(&o.cfg.NodeLossTimeout, "node-loss-timeout", defaultNodeLossTimeout, "how long a host node holding a server pod may stay not Ready before the pod is replaced where that is safe: an etcd member is removed and starts again on another node with a new volume; a SQLite or external-datastore server waits until the node is tainted node.kubernetes.io/out-of-service or its Node deleted (docs/etcd.md, docs/persistence.md); 0 turns this off")
 	fs.IntVar(&o.cfg.ServerGOGC, "server-gogc", defaultServerGOGC, "GOGC of every k3s server whose Cluster's spec.serverEnvs sets none (lower: less memory, more GC work; docs/footprint.md); 0 sets none (Go's default, 100)")
 	fs.StringVar(&o.cfg.DatastoreImage, "datastore-image", "k3k-io/k3k-datastore:dev", "image of the datastore sidecar and kubeconfig publisher")
 	fs.StringVar(&o.cfg.AgentImage, "agent-image", "k3k-io/k3k-kubelet:dev", "image of the shared-mode agent (empty: deploy no agent)")
@@ -166,6 +172,9 @@ func parseFlags(args []string, zapOpts *zap.Options) (*options, error) {
 	fs.StringVar(&o.cfg.Agent.HostClusterDomain, "host-cluster-domain", cluster.DefaultHostClusterDomain, "the host cluster's DNS domain; passed to agents when not "+cluster.DefaultHostClusterDomain)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.cfg.NodeLossTimeout < 0 {
+		return nil, fmt.Errorf("--node-loss-timeout %s: want a duration >= 0 (0 turns node-loss handling off)", o.cfg.NodeLossTimeout)
 	}
 	if o.cfg.ServerGOGC < 0 {
 		return nil, fmt.Errorf("--server-gogc %d: want a percentage > 0, or 0 for Go's default", o.cfg.ServerGOGC)
@@ -399,6 +408,9 @@ func run(o *options) error {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	if err := cluster.CheckUserNamespacesAccess(ctx, mgr.GetClient(), o.cfg); err != nil {
+		return err
+	}
+	if err := cluster.CheckNodeLossAccess(ctx, mgr.GetClient(), o.cfg); err != nil {
 		return err
 	}
 	if err := cluster.CheckStorageClassAccess(ctx, mgr.GetClient(), o.cfg); err != nil {

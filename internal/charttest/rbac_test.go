@@ -258,13 +258,16 @@ func runController(t *testing.T, watch []string) {
 		Config: cluster.Config{
 			ServerImage: "rancher/k3s", DefaultVersion: "v1.34.3-k3s1",
 			DatastoreImage: "k3k-io/k3k-datastore:test", AgentImage: "k3k-io/k3k-kubelet:test", AgentClusterRole: agentRole,
-			BackupExecClusterRole: backupExecRole,
+			BackupExecClusterRole: backupExecRole, NodeLossTimeout: 5 * time.Minute,
 			PullPolicy:            corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
 			Isolation: cluster.IsolationDefaults{
 				QuotaHard:           corev1.ResourceList{corev1.ResourcePods: resource.MustParse("20")},
 				LimitDefaultRequest: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 			},
 		},
+	}
+	if err := cluster.CheckNodeLossAccess(context.Background(), mgr.GetClient(), r.Config); err != nil {
+		t.Fatalf("the chart's RBAC with nodeLossTimeout: %v", err)
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -293,8 +296,8 @@ func waitFor(t *testing.T, what string, cond func() error) {
 // ServiceAccount may do: the rights an attacker would want from a controller
 // must be refused.
 func TestChartGrantsNothingMore(t *testing.T) {
-	applyRendered(t, "watch-namespaces.yaml")
-	t.Cleanup(func() { removeRendered(t, "watch-namespaces.yaml") })
+	applyRendered(t, "watch-namespaces-no-node-loss.yaml")
+	t.Cleanup(func() { removeRendered(t, "watch-namespaces-no-node-loss.yaml") })
 	cases := []struct {
 		name string
 		attr authorizationv1.ResourceAttributes
@@ -316,6 +319,8 @@ func TestChartGrantsNothingMore(t *testing.T) {
 		{"delete Clusters", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Group: "k3k.io", Resource: "clusters"}},
 		{"change Cluster specs", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "k3k.io", Resource: "clusters"}},
 		{"delete volume claims", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "delete", Resource: "persistentvolumeclaims"}},
+		// nodeLossTimeout 0: no node-loss handling, so no reading of volumes.
+		{"read PersistentVolumes", authorizationv1.ResourceAttributes{Verb: "get", Resource: "persistentvolumes"}},
 		{"delete NetworkPolicies outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Group: "networking.k8s.io", Resource: "networkpolicies"}},
 		{"delete ResourceQuotas outside the watched namespaces", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Resource: "resourcequotas"}},
 		{"write CRDs", authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}},

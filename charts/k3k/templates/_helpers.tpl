@@ -101,6 +101,12 @@ Delete only where a spec change must remove an object before the Cluster goes
 (isolation, backup): otherwise owner references let the garbage collector
 remove what a Cluster owned, and the StatefulSet's claim retention policy its
 volumes. */}}
+{{/* nodeLoss is "true" when node-loss handling is on (nodeLossTimeout not 0),
+empty otherwise. */}}
+{{- define "k3k.nodeLoss" -}}
+{{- if ne (toString .Values.nodeLossTimeout) "0" }}true{{ end -}}
+{{- end -}}
+
 {{/* agentClusterRole names the ClusterRole holding the shared-mode agent's rights
 (internal/controller/cluster.AgentRules; templates/agent-clusterrole.yaml). */}}
 {{- define "k3k.agentClusterRole" -}}
@@ -162,9 +168,11 @@ key order; resourceList is the same for a map of resource quantities
 # cache). With datastore.type etcd the controller also patches their
 # finalizers (k3k.io/etcd-member), so a server pod is let go only once its
 # etcd member was removed safely; nothing else of a pod is written.
+# delete, with nodeLossTimeout: a server pod on a lost node is deleted
+# (force) once that is safe (nodeloss.go).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"{{ if include "k3k.nodeLoss" . }}, "delete"{{ end }}]
 # Scheduled snapshots (spec.backup): each Cluster's backup Role grants its
 # backup Job get/list on pods (the server pods are found by label), and RBAC
 # only lets the controller grant rights it holds.
@@ -187,10 +195,12 @@ key order; resourceList is the same for a map of resource quantities
 # Server volume claims are observed (whether a server holds data) and patched
 # to grow them when spec.persistence.storageRequestSize grows. The backup
 # claim (spec.backup.claimName, the user's) is read uncached (get) to check
-# that it exists and is not a server volume; it is never written.
+# that it exists and is not a server volume; it is never written. delete,
+# with nodeLossTimeout: the volume claim of an etcd member on a lost node goes
+# with its pod, so that the pod starts elsewhere on a new volume.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"{{ if include "k3k.nodeLoss" . }}, "delete"{{ end }}]
 # The publisher's Role and RoleBinding (rights on two named Secrets only), and
 # the backup Job's (see pods/exec). delete: removing spec.backup removes the
 # backup Role, RoleBinding and ServiceAccount; the controller deletes only

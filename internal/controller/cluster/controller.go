@@ -144,6 +144,7 @@ func (r *Reconciler) steps(o *observation) []namedStep {
 		{"etcd certificates", r.reconcileEtcdPKI},
 		{"etcd roster", r.reconcileEtcdRoster},
 		{"etcd members", r.reconcileEtcdMembers},
+		{"servers on lost nodes", r.reconcileNodeLoss},
 		{"servers", r.reconcileServers},
 		{"volume size", r.reconcileVolumeSize},
 		{"agent", r.reconcileAgent},
@@ -571,10 +572,10 @@ func (r *Reconciler) everyCluster(ctx context.Context, obj client.Object) []reco
 }
 
 // everyClusterForNode maps a Node that came, went or changed in what
-// userNamespacesCondition reads to every Cluster: each one's agent may run
-// pods there.
+// userNamespacesCondition or node-loss handling reads to every Cluster: each
+// one's agent may run pods there, and its servers may.
 func (r *Reconciler) everyClusterForNode(ctx context.Context, _ client.Object) []reconcile.Request {
-	return r.allClusters(ctx, "a change of a Node's user namespace support")
+	return r.allClusters(ctx, "a change of a Node")
 }
 
 // nodeChanged passes the Node events that can change a user namespace
@@ -583,8 +584,28 @@ var nodeChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		old, okOld := e.ObjectOld.(*corev1.Node)
 		cur, okNew := e.ObjectNew.(*corev1.Node)
-		return !okOld || !okNew || runsWorkloads(old) != runsWorkloads(cur) || supportsUserNamespaces(old) != supportsUserNamespaces(cur)
+		return !okOld || !okNew || runsWorkloads(old) != runsWorkloads(cur) || supportsUserNamespaces(old) != supportsUserNamespaces(cur) ||
+			readyChanged(old, cur) || outOfService(old) != outOfService(cur)
 	},
+}
+
+// readyChanged says whether a Node's Ready condition changed status: node-loss
+// handling counts from that moment (nodeloss.go).
+func readyChanged(old, cur *corev1.Node) bool {
+	a, readyA := notReadySince(old)
+	b, readyB := notReadySince(cur)
+	return readyA != readyB || !a.Equal(b)
+}
+
+// outOfService says whether n carries the taint that declares it off
+// (nodeloss.go).
+func outOfService(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeOutOfService {
+			return true
+		}
+	}
+	return false
 }
 
 // allClusters is a request for every Cluster, after why.
@@ -639,7 +660,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster))
 	// Nodes only where they decide something: the chart grants reading
 	// them only for auto.
-	if r.Config.readsNodes() {
+	if r.Config.watchesNodes() {
 		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.everyClusterForNode), builder.WithPredicates(nodeChanged))
 	}
 	if r.Config.readsStorageClasses() {

@@ -230,6 +230,15 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	defer cl.Close()
 	observed := etcd.Observe(ctx, cl, asked)
 	o.etcd.observed = &observed
+	// The member of a pod on a lost node is replaced as one that lost its
+	// data is (nodeloss.go): removed first, while the others keep quorum.
+	onLostNodes, _, err := r.observeNodeLoss(ctx, pods.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if lostEtcdMembers(c, lost, onLostNodes, observed) {
+		desired = EtcdDesired(c, servers, lost)
+	}
 
 	if o.settings.Migrating {
 		r.observeMigration(ctx, c, cl, observed, pods.Items, o)

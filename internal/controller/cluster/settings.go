@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -64,6 +65,10 @@ type Config struct {
 	// and the agent's host copy takes the same address: a virtual ClusterIP
 	// then routes. Empty: k3s's own default.
 	HostServiceCIDR string
+	// NodeLossTimeout is how long a host node holding a server pod may stay
+	// not Ready before the controller counts it lost and replaces the pod
+	// where that is safe (nodeloss.go); 0 turns node-loss handling off.
+	NodeLossTimeout time.Duration
 }
 
 // K3sDefaultServiceCIDR is the Service network k3s uses when none is named:

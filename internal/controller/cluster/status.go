@@ -59,6 +59,9 @@ type observation struct {
 	restore restoreState
 	// migration is what was observed of a migration from sqlite to etcd.
 	migration migrationState
+	// nodeLoss is what reconcileNodeLoss found and did about server pods on
+	// lost nodes; nil when none is on one.
+	nodeLoss *blocker
 	// deleting: the Cluster is being deleted; nothing is observed.
 	deleting bool
 	// failure is the step that failed in this reconcile; nil when none did.
@@ -255,6 +258,9 @@ func serversCondition(o observation) condResult {
 	}
 	if !current {
 		msg += ", rollout in progress"
+	}
+	if b := o.nodeLoss; b != nil {
+		return condResult{false, b.reason, msg + "; " + b.message}
 	}
 	if b := firstBlocker(o.serverPods, o.claims); b != nil {
 		return condResult{false, b.reason, msg + "; " + b.message}

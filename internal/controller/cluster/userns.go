@@ -149,6 +149,12 @@ func (c Config) readsNodes() bool {
 	return c.AgentImage != "" && c.Agent.UserNamespaces == UserNamespacesAuto
 }
 
+// watchesNodes says whether Node changes are watched: for user namespaces
+// (readsNodes) or node-loss handling (NodeLossTimeout, nodeloss.go).
+func (c Config) watchesNodes() bool {
+	return c.readsNodes() || c.NodeLossTimeout > 0
+}
+
 // CheckUserNamespacesAccess says, before the manager starts, whether the
 // controller may read what auto decides from: it lists and watches Nodes.
 // Without that right the Node informer never syncs and the manager stops

@@ -146,7 +146,7 @@ func plan(o Observed, d Desired) Action {
 		// the first time it misses a probe.
 		if p.LostMemberID != 0 && ok && m.ID == p.LostMemberID && m.Started() && !o.Healthy(m.ID) {
 			return removal(o, m, ReasonReplaceLostMember,
-				fmt.Sprintf("member %s lost its data; removing %s so it can rejoin under the same name", p.Name, FormatID(m.ID)))
+				fmt.Sprintf("member %s is lost (its data, or the node it ran on); removing %s so it can rejoin under the same name", p.Name, FormatID(m.ID)))
 		}
 	}
 	for _, p := range d.Members {

@@ -1,0 +1,379 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
+)
+
+// What a Cluster does when a host node holding one of its server pods stops
+// answering. Kubernetes never replaces a StatefulSet's pod on such a node by
+// itself: the pod is marked for deletion after the taint's toleration, and
+// stays Terminating until the node's kubelet confirms, which a lost node never
+// does. Deleting the pod object at once ("force") is safe only where the old
+// copy can no longer write what the new one will use:
+//
+//   - etcd: the datastore fences the old copy itself. The lost member is
+//     removed from the cluster first (the remaining members keep quorum, as
+//     etcd.Plan checks); a removed member's writes are refused by every other
+//     member whatever its process still does. Then its volume claim and its
+//     pod are deleted, and the StatefulSet brings the pod back on another
+//     node with a new, empty volume, which joins as a new member and receives
+//     the data from the others. Automatic, after Config.NodeLossTimeout.
+//   - SQLite and an external datastore: nothing in the datastore tells the
+//     old server from the new one, so the pod is force-deleted only once the
+//     node is known to be off: it carries the taint
+//     node.kubernetes.io/out-of-service (Kubernetes' non-graceful node
+//     shutdown: whoever sets it declares the node powered off or fenced), or
+//     its Node object was deleted (what a cloud's node controller does for a
+//     machine that no longer exists). Until then ServersReady says what an
+//     operator does. A volume that only the lost node can mount (local
+//     storage) cannot follow the pod at all: the condition says so, and the
+//     pod is left where it is.
+//
+// docs/etcd.md and docs/persistence.md, "When a node is lost", are the
+// operator's side of this.
+
+// ReasonServerNodeLost is ServersReady's reason while a server pod sits on a
+// lost node: the message says what the controller does about it, or what
+// the operator must do.
+const ReasonServerNodeLost = v1beta1.ReasonServerNodeLost
+
+// nodeLoss is one server pod on a node lost for at least the node-loss
+// timeout.
+type nodeLoss struct {
+	pod  *corev1.Pod
+	node string
+	// since is when the node stopped being Ready; zero when its Node object
+	// is gone.
+	since time.Time
+	// fenced says why the node can no longer write (out-of-service taint,
+	// Node deleted); empty when nothing says so.
+	fenced string
+}
+
+// lostServerPods are the pods bound to a node whose Ready condition has not
+// been True for at least timeout, or whose Node is gone, in pod name order.
+// recheck is how long until a node that stopped being Ready less than
+// timeout ago would count as lost (0: none). nodes holds the Nodes by name;
+// a name missing from it is a deleted Node. Pure.
+func lostServerPods(pods []corev1.Pod, nodes map[string]*corev1.Node, now time.Time, timeout time.Duration) (lost []nodeLoss, recheck time.Duration) {
+	for i := range pods {
+		p := &pods[i]
+		name := p.Spec.NodeName
+		if name == "" {
+			continue
+		}
+		n, ok := nodes[name]
+		if !ok {
+			lost = append(lost, nodeLoss{pod: p, node: name, fenced: fmt.Sprintf("its Node %s was deleted", name)})
+			continue
+		}
+		since, ready := notReadySince(n)
+		if ready {
+			continue
+		}
+		if wait := since.Add(timeout).Sub(now); wait > 0 {
+			if recheck == 0 || wait < recheck {
+				recheck = wait
+			}
+			continue
+		}
+		l := nodeLoss{pod: p, node: name, since: since}
+		for _, t := range n.Spec.Taints {
+			if t.Key == corev1.TaintNodeOutOfService {
+				l.fenced = fmt.Sprintf("node %s carries the taint %s", name, corev1.TaintNodeOutOfService)
+			}
+		}
+		lost = append(lost, l)
+	}
+	sort.Slice(lost, func(i, j int) bool { return lost[i].pod.Name < lost[j].pod.Name })
+	return lost, recheck
+}
+
+// notReadySince is when n's Ready condition last left True; ready when it is
+// True. A node that never reported one counts from its creation.
+func notReadySince(n *corev1.Node) (since time.Time, ready bool) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
+		}
+	}
+	return n.CreationTimestamp.Time, false
+}
+
+// observeNodeLoss reads the Nodes of pods and returns lostServerPods's
+// answer; nothing while node-loss handling is off (timeout 0).
+func (r *Reconciler) observeNodeLoss(ctx context.Context, pods []corev1.Pod) ([]nodeLoss, time.Duration, error) {
+	if r.Config.NodeLossTimeout <= 0 {
+		return nil, 0, nil
+	}
+	nodes := map[string]*corev1.Node{}
+	for i := range pods {
+		name := pods[i].Spec.NodeName
+		if name == "" || nodes[name] != nil {
+			continue
+		}
+		n := &corev1.Node{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, n)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, 0, fmt.Errorf("getting node %s of server pod %s: %w", name, pods[i].Name, err)
+		}
+		nodes[name] = n
+	}
+	lost, recheck := lostServerPods(pods, nodes, r.now(), r.Config.NodeLossTimeout)
+	return lost, recheck, nil
+}
+
+// lostEtcdMembers adds to lost (pod name → member ID) the member of each
+// server pod on a lost node, so that etcd.Plan removes it as it removes a
+// member that lost its data. Plan removes only a member that does not
+// answer, and only while the others keep quorum.
+func lostEtcdMembers(c *v1beta1.Cluster, lost map[string]uint64, onLostNodes []nodeLoss, observed etcd.Observed) bool {
+	added := false
+	for _, l := range onLostNodes {
+		i := ServerOrdinal(c, l.pod.Name)
+		if i < 0 || lost[l.pod.Name] != 0 {
+			continue
+		}
+		if m, ok := observed.MemberFor(EtcdPeer(c, i)); ok {
+			lost[l.pod.Name] = m.ID
+			added = true
+		}
+	}
+	return added
+}
+
+// reconcileNodeLoss acts on the server pods on lost nodes (see the top of
+// this file) and leaves what it found for ServersReady.
+func (r *Reconciler) reconcileNodeLoss(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
+	if r.Config.NodeLossTimeout <= 0 {
+		return ctrl.Result{}, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing server pods: %w", err)
+	}
+	lost, recheck, err := r.observeNodeLoss(ctx, pods.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	result := ctrl.Result{RequeueAfter: recheck}
+	if len(lost) == 0 {
+		return result, nil
+	}
+	var notes []string
+	for _, l := range lost {
+		note, err := r.replaceServerOnLostNode(ctx, c, o, l)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		notes = append(notes, note)
+	}
+	o.nodeLoss = &blocker{ReasonServerNodeLost, strings.Join(notes, "; "), true}
+	// A lost node's pods are looked at again soon: each replacement takes
+	// several steps (member removed, claim and pod deleted, the new pod
+	// scheduled), each seen by the next reconcile.
+	return earliest(result, ctrl.Result{RequeueAfter: etcdRequeueWaiting}), nil
+}
+
+// replaceServerOnLostNode does what may be done now for server pod l.pod and
+// says what that is, or what waits for whom.
+func (r *Reconciler) replaceServerOnLostNode(ctx context.Context, c *v1beta1.Cluster, o *observation, l nodeLoss) (string, error) {
+	where := fmt.Sprintf("pod %s is on node %s, which is gone (%s)", l.pod.Name, l.node, l.fenced)
+	if !l.since.IsZero() {
+		where = fmt.Sprintf("pod %s is on node %s, not Ready since %s (node-loss timeout %s)", l.pod.Name, l.node, l.since.UTC().Format(time.RFC3339), r.Config.NodeLossTimeout)
+	}
+	if o.settings.Datastore == v1beta1.EtcdDatastore {
+		return r.replaceEtcdMemberOnLostNode(ctx, c, o, l, where)
+	}
+	stuck, err := r.claimsBoundToNode(ctx, l)
+	if err != nil {
+		return "", err
+	}
+	if len(stuck) > 0 {
+		return fmt.Sprintf("%s; its volume %s can only be mounted there (%s): bring the node back, or restore the Cluster from a snapshot (docs/backup.md)",
+			where, strings.Join(stuck, ", "), "node-local storage"), nil
+	}
+	if l.fenced == "" {
+		return fmt.Sprintf("%s; its volume can move, but only once nothing on that node can write it: power the node off, then taint it %s=nodeshutdown:NoExecute (or delete the Node), and the pod starts on another node with its data",
+			where, corev1.TaintNodeOutOfService), nil
+	}
+	if err := r.forceDeletePod(ctx, c, l.pod, fmt.Sprintf("%s and %s: the pod is deleted so that it starts on another node with its volume", where, l.fenced)); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s; %s, so the pod was deleted and starts on another node with its volume", where, l.fenced), nil
+}
+
+// replaceEtcdMemberOnLostNode: the member first (etcd step, through
+// lostEtcdMembers), then the claims and the pod, only once the members that
+// keep quorum confirm the lost one is no longer among them.
+func (r *Reconciler) replaceEtcdMemberOnLostNode(ctx context.Context, c *v1beta1.Cluster, o *observation, l nodeLoss, where string) (string, error) {
+	observed := o.etcd.observed
+	if observed == nil || !observed.AnyReachable() || observed.QuorumLost() || len(observed.Members) == 0 {
+		return where + "; waiting for the other etcd members to confirm a quorum before its member is replaced", nil
+	}
+	i := ServerOrdinal(c, l.pod.Name)
+	if m, ok := observed.MemberFor(EtcdPeer(c, i)); ok {
+		if observed.Healthy(m.ID) {
+			return fmt.Sprintf("%s, but its etcd member %s still answers: it stays", where, etcd.FormatID(m.ID)), nil
+		}
+		return fmt.Sprintf("%s; removing its etcd member %s first (EtcdMembership says how that goes)", where, etcd.FormatID(m.ID)), nil
+	}
+	claims, err := r.deleteServerClaims(ctx, c, l.pod)
+	if err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("%s; its etcd member was removed, so the pod and its volume %s are deleted: the pod starts on another node with a new volume and joins as a new member",
+		where, strings.Join(claims, ", "))
+	if err := r.forceDeletePod(ctx, c, l.pod, msg); err != nil {
+		return "", err
+	}
+	return msg, nil
+}
+
+// claimsBoundToNode names the volume claims of l.pod whose volume can be
+// mounted on no node but l.node: its node affinity matches no other Ready
+// node (local storage). Read uncached: the controller watches no volumes.
+func (r *Reconciler) claimsBoundToNode(ctx context.Context, l nodeLoss) ([]string, error) {
+	var stuck []string
+	nodes := &corev1.NodeList{}
+	listed := false
+	for _, v := range l.pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: l.pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) || (err == nil && pvc.Spec.VolumeName == "") {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("getting volume claim %s: %w", v.PersistentVolumeClaim.ClaimName, err)
+		}
+		pv := &corev1.PersistentVolume{}
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv); err != nil {
+			return nil, fmt.Errorf("getting volume %s of claim %s (whether it can move to another node): %w", pvc.Spec.VolumeName, pvc.Name, err)
+		}
+		if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+			continue
+		}
+		if !listed {
+			if err := r.Client.List(ctx, nodes); err != nil {
+				return nil, fmt.Errorf("listing nodes (where volume %s can be mounted): %w", pv.Name, err)
+			}
+			listed = true
+		}
+		if !mountableElsewhere(pv.Spec.NodeAffinity.Required, nodes.Items, l.node) {
+			stuck = append(stuck, pvc.Name)
+		}
+	}
+	return stuck, nil
+}
+
+// mountableElsewhere says whether a Ready node other than lost matches the
+// volume's required node affinity.
+func mountableElsewhere(required *corev1.NodeSelector, nodes []corev1.Node, lost string) bool {
+	sel, err := nodeaffinity.NewNodeSelector(required)
+	if err != nil {
+		return false
+	}
+	for i := range nodes {
+		if nodes[i].Name == lost {
+			continue
+		}
+		if _, ready := notReadySince(&nodes[i]); ready && sel.Match(&nodes[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteServerClaims deletes the Cluster's volume claims that pod mounts and
+// returns their names. They go once the pod is gone (the claim protection
+// finalizer holds them until then), and the StatefulSet makes new ones for
+// the pod it creates next (it waits while a claim is still being deleted).
+func (r *Reconciler) deleteServerClaims(ctx context.Context, c *v1beta1.Cluster, pod *corev1.Pod) ([]string, error) {
+	var names []string
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("getting volume claim %s: %w", v.PersistentVolumeClaim.ClaimName, err)
+		}
+		if pvc.Labels[v1beta1.LabelCluster] != c.Name || pvc.Labels[v1beta1.LabelManagedBy] != v1beta1.ManagedByValue {
+			continue
+		}
+		names = append(names, pvc.Name)
+		if !pvc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("deleting volume claim %s of server pod %s on a lost node: %w", pvc.Name, pod.Name, err)
+		}
+	}
+	return names, nil
+}
+
+// forceDeletePod deletes pod without waiting for its kubelet (grace period
+// 0), as `kubectl delete --force` does, and records why as an Event. The
+// UID precondition keeps it from deleting the pod the StatefulSet made in
+// its place meanwhile.
+func (r *Reconciler) forceDeletePod(ctx context.Context, c *v1beta1.Cluster, pod *corev1.Pod, why string) error {
+	if !pod.DeletionTimestamp.IsZero() && ptr.Deref(pod.DeletionGracePeriodSeconds, -1) == 0 {
+		return nil // done already; an etcd pod waits for its finalizer
+	}
+	err := r.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting server pod %s on a lost node: %w", pod.Name, err)
+	}
+	log.FromContext(ctx).Info("deleted a server pod on a lost node", "pod", pod.Name, "node", pod.Spec.NodeName)
+	r.event(c, corev1.EventTypeWarning, ReasonServerNodeLost, "DeleteServerPod", why)
+	return nil
+}
+
+// CheckNodeLossAccess says, before the manager starts, whether the
+// controller may watch Nodes, which node-loss handling reads: without list
+// and watch the Node informer never syncs and the manager stops after its
+// cache timeout with a message that names neither the right nor the flag.
+func CheckNodeLossAccess(ctx context.Context, c client.Client, cfg Config) error {
+	if cfg.NodeLossTimeout <= 0 {
+		return nil
+	}
+	denied, err := deniedListWatch(ctx, c, "", "nodes")
+	if err != nil {
+		return fmt.Errorf("asking whether this controller may read Nodes (--node-loss-timeout reads them): %w", err)
+	}
+	if len(denied) > 0 {
+		return fmt.Errorf("--node-loss-timeout=%s watches the Nodes of server pods, but this controller may not %s Nodes: "+
+			"grant it get, list and watch on nodes (the chart's ClusterRole <release>-nodes, made with rbac.create), or set --node-loss-timeout=0 (nodeLossTimeout: 0)",
+			cfg.NodeLossTimeout, strings.Join(denied, " or "))
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/layout"
+)
+
+// readyNode is a Node named name whose Ready condition is ready since
+// lastTransition, with taints.
+func readyNode(name string, ready bool, lastTransition time.Time, taints ...corev1.Taint) *corev1.Node {
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionUnknown
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		Spec:       corev1.NodeSpec{Taints: taints},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(lastTransition),
+		}}},
+	}
+}
+
+var outOfServiceTaint = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
+
+func TestLostServerPodsCountsFromTheNodesLastReadyTransition(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	nodes := map[string]*corev1.Node{
+		"ready":     readyNode("ready", true, now.Add(-time.Hour)),
+		"blip":      readyNode("blip", false, now.Add(-20*time.Second)),
+		"lost":      readyNode("lost", false, now.Add(-10*time.Minute)),
+		"lost-off":  readyNode("lost-off", false, now.Add(-10*time.Minute), outOfServiceTaint),
+		"ready-off": readyNode("ready-off", true, now.Add(-time.Hour), outOfServiceTaint),
+	}
+	pod := func(name, nodeName string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: nodeName}}
+	}
+	pods := []corev1.Pod{
+		pod("s-5", "lost-off"), pod("s-0", "ready"), pod("s-1", "blip"), pod("s-2", "lost"),
+		pod("s-3", "deleted"), pod("s-4", ""), pod("s-6", "ready-off"),
+	}
+	lost, recheck := lostServerPods(pods, nodes, now, time.Minute)
+	var got []string
+	for _, l := range lost {
+		got = append(got, l.pod.Name+"@"+l.node+" fenced="+map[bool]string{true: "yes", false: "no"}[l.fenced != ""])
+	}
+	want := []string{"s-2@lost fenced=no", "s-3@deleted fenced=yes", "s-5@lost-off fenced=yes"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("lost server pods %v, want %v (a node not Ready for less than the timeout, a Ready one even with the taint, and an unscheduled pod do not count)", got, want)
+	}
+	if recheck != 40*time.Second {
+		t.Errorf("recheck after %s, want 40s (the node not Ready for 20 s reaches the 1 min timeout then)", recheck)
+	}
+	if !lost[0].since.Equal(now.Add(-10*time.Minute)) || !lost[1].since.IsZero() {
+		t.Errorf("since %v and %v: want the Ready transition, and zero for a deleted Node", lost[0].since, lost[1].since)
+	}
+	if _, recheck := lostServerPods(pods[:1], nodes, now, time.Minute); recheck != 0 {
+		t.Errorf("recheck %s with no node on its way to the timeout, want 0", recheck)
+	}
+}
+
+func TestMountableElsewhereFollowsTheVolumesNodeAffinity(t *testing.T) {
+	now := time.Now()
+	zoned := func(n *corev1.Node, zone string) corev1.Node {
+		n.Labels[corev1.LabelTopologyZone] = zone
+		return *n
+	}
+	nodes := []corev1.Node{
+		zoned(readyNode("a", false, now), "z1"),
+		zoned(readyNode("b", true, now), "z1"),
+		zoned(readyNode("c", false, now), "z2"),
+		zoned(readyNode("d", true, now), "z3"),
+	}
+	selector := func(key string, values ...string) *corev1.NodeSelector {
+		return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values},
+		}}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		required *corev1.NodeSelector
+		lost     string
+		want     bool
+	}{
+		{"local volume of the lost node", selector(corev1.LabelHostname, "a"), "a", false},
+		{"zonal volume with another Ready node in the zone", selector(corev1.LabelTopologyZone, "z1"), "a", true},
+		{"zonal volume whose zone's other node is not Ready", selector(corev1.LabelTopologyZone, "z2"), "c", false},
+		{"volume of two zones", selector(corev1.LabelTopologyZone, "z2", "z3"), "c", true},
+	} {
+		if got := mountableElsewhere(tc.required, nodes, tc.lost); got != tc.want {
+			t.Errorf("%s: mountable elsewhere %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSQLiteServerOnALostNodeMovesOnlyOnceTheNodeIsOff: a SQLite server pod
+// on a node that has not been Ready for longer than the timeout stays where
+// it is, with ServersReady saying what the operator does, until the node
+// carries the out-of-service taint; then the pod is deleted (the
+// StatefulSet makes it again on another node). A volume only that node can
+// mount keeps the pod where it is, taint or not.
+func TestSQLiteServerOnALostNodeMovesOnlyOnceTheNodeIsOff(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		nodeBound bool
+	}{{"volume that moves", false}, {"node-local volume", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNamespace(t)
+			lostName, liveName := ns+"-lost", ns+"-live"
+			lostNode := readyNode(lostName, false, time.Now().Add(-10*time.Minute))
+			liveNode := readyNode(liveName, true, time.Now().Add(-time.Hour))
+			for _, n := range []*corev1.Node{lostNode, liveNode} {
+				status := n.Status
+				if err := k8s.Create(ctx, n); err != nil {
+					t.Fatal(err)
+				}
+				n.Status = status
+				if err := k8s.Status().Update(ctx, n); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
+			}
+			r, _ := newReconciler(t)
+			r.Config.NodeLossTimeout = 5 * time.Minute
+			c := createCluster(t, &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "moving"}})
+			reconcileOnce(t, r, c)
+
+			// What the StatefulSet controller and the scheduler would have
+			// made (envtest runs neither): the server's claim, bound, and
+			// its pod on the node that is now lost.
+			pv := &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: ns + "-data"},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")},
+					AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + ns}},
+				},
+			}
+			if tc.nodeBound {
+				pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{lostName}}},
+				}}}}
+			}
+			if err := k8s.Create(ctx, pv); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), pv) })
+			claim := &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-" + layout.ServerPodName(c, 0), Labels: serverLabels(c)},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}},
+					VolumeName:  pv.Name,
+				},
+			}
+			if err := k8s.Create(ctx, claim); err != nil {
+				t.Fatal(err)
+			}
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: layout.ServerPodName(c, 0), Labels: serverLabels(c)},
+				Spec: corev1.PodSpec{
+					NodeName:   lostName,
+					Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}},
+					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name},
+					}}},
+				},
+			}
+			if err := k8s.Create(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+
+			reconcileOnce(t, r, c)
+			cond := condition(t, c, v1beta1.ConditionServersReady)
+			want := "out-of-service"
+			if tc.nodeBound {
+				want = "can only be mounted there"
+			}
+			if cond.Status != metav1.ConditionFalse || cond.Reason != v1beta1.ReasonServerNodeLost || !strings.Contains(cond.Message, want) || !strings.Contains(cond.Message, lostName) {
+				t.Fatalf("ServersReady %s %s %q: want False, %s, naming node %s and saying %q", cond.Status, cond.Reason, cond.Message, v1beta1.ReasonServerNodeLost, lostName, want)
+			}
+			if state := podState(t, c, pod.Name); state != "live" {
+				t.Fatalf("server pod %s before the node is known to be off, want live", state)
+			}
+
+			// The operator declares the node off.
+			live := &corev1.Node{}
+			if err := k8s.Get(ctx, types.NamespacedName{Name: lostName}, live); err != nil {
+				t.Fatal(err)
+			}
+			live.Spec.Taints = append(live.Spec.Taints, outOfServiceTaint)
+			if err := k8s.Update(ctx, live); err != nil {
+				t.Fatal(err)
+			}
+			reconcileOnce(t, r, c)
+			wantState := "gone"
+			if tc.nodeBound {
+				wantState = "live" // a new pod could start nowhere
+			}
+			if state := podState(t, c, pod.Name); state != wantState {
+				t.Fatalf("server pod %s once the node carries %s, want %s", state, corev1.TaintNodeOutOfService, wantState)
+			}
+			if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: claim.Name}, &corev1.PersistentVolumeClaim{}); err != nil {
+				t.Errorf("the server's volume claim after the pod was replaced: %v (it holds the data and must stay)", err)
+			}
+			if !tc.nodeBound {
+				cond = condition(t, c, v1beta1.ConditionServersReady)
+				if !strings.Contains(cond.Message, "was deleted and starts on another node") {
+					t.Errorf("ServersReady message %q does not say the pod was replaced", cond.Message)
+				}
+			}
+		})
+	}
+}
+
+// TestNodeLossHandlingOffLeavesServerPodsAlone: with the timeout 0 nothing
+// reads Nodes and nothing is deleted.
+func TestNodeLossHandlingOffLeavesServerPodsAlone(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	r, _ := newReconciler(t)
+	c := createCluster(t, &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "off"}})
+	reconcileOnce(t, r, c)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: layout.ServerPodName(c, 0), Labels: serverLabels(c)},
+		Spec:       corev1.PodSpec{NodeName: ns + "-never-existed", Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name}, &corev1.Pod{}); apierrors.IsNotFound(err) {
+		t.Fatal("a server pod on a node with no Node object was deleted with node-loss handling off")
+	}
+	if cond := condition(t, c, v1beta1.ConditionServersReady); cond.Reason == v1beta1.ReasonServerNodeLost {
+		t.Errorf("ServersReady %s with node-loss handling off", cond.Reason)
+	}
+}
