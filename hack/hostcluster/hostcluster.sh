@@ -17,6 +17,8 @@
 #   hostcluster.sh kill-node I        node I loses power and its network: it stops
 #                                     answering and never comes back on its own
 #                                     (restart-node I brings it back)
+#   hostcluster.sh add-node I         join node I (2..9) to the running cluster, with
+#                                     every image imported so far
 #
 # HOSTCLUSTER_NODES=N (default 1) runs N nodes under one control plane. Node 1 is
 # this machine's own network namespace; node I (2..N) is a kubelet, containerd,
@@ -53,7 +55,7 @@ export KUBECONFIG=$DIR/kubeconfig
 
 NODES=${HOSTCLUSTER_NODES:-1}
 [[ "$NODES" =~ ^[1-9]$ ]] || { echo "hostcluster: HOSTCLUSTER_NODES=$NODES: want 1 to 9" >&2; exit 2; }
-POD_CIDR=10.244.0.0/16 # all nodes' pods; node 1's alone while it is the only one
+POD_CIDR=10.244.0.0/16 # all nodes' pods, node I's 10.244.(I-1).0/24
 LINK_BRIDGE=k3khcn LINK_NET=10.245.0 # between this machine and nodes 2..N
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
@@ -172,8 +174,9 @@ use_node() {
   local i=$1
   if [ "$i" = 1 ]; then
     N_SFX="" N_NAME=$NODE N_IP=$NODE_IP N_ETC=$ETC N_VAR=$VAR N_RUN=$RUN N_SOCK=$SOCK N_CNI=$CNI_NETWORK
-    N_CIDR=$POD_CIDR
-    [ "$NODES" = 1 ] || N_CIDR=10.244.0.0/24
+    # A /24 like every node's, also while it is the only one: add-node
+    # routes 10.244.(I-1).0/24 to node I, which node 1's range must not hold.
+    N_CIDR=10.244.0.0/24
     N_KUBELET_KC=$PKI/kubelet.kubeconfig N_PROXY_KC=$PKI/kube-proxy.kubeconfig N_ADMIN_KC=$PKI/admin.kubeconfig
     N_EXEC=()
     return
@@ -329,17 +332,19 @@ cmd_up() {
   sysctl -qw net.ipv4.ip_forward=1
   raise_inotify_limits
   mkdir -p "$PKI" "$RUN" "$LOG"
+  # Identities for every node there may be (2..9), so that add-node can
+  # join one later without a new CA.
   local i extra=()
-  for i in $(seq 2 "$NODES"); do use_node "$i"; extra+=("$N_NAME"); done
+  for i in $(seq 2 9); do use_node "$i"; extra+=("$N_NAME"); done
   "$BIN/pki" -dir "$PKI" -node "$NODE" -node-ip "$NODE_IP" -service-ip "$SERVICE_IP" \
-    ${extra[0]:+-extra-nodes "$(IFS=,; echo "${extra[*]}")" -remote-server "https://$NODE_IP:6443"}
+    -extra-nodes "$(IFS=,; echo "${extra[*]}")" -remote-server "https://$NODE_IP:6443"
   cp "$PKI/admin.kubeconfig" "$KUBECONFIG"
+  # Nodes 2..N reach the apiserver at this machine's address, not 127.0.0.1.
+  local kc_
+  for kc_ in kube-proxy admin; do
+    sed "s#server: https://127.0.0.1:6443#server: https://$NODE_IP:6443#" "$PKI/$kc_.kubeconfig" >"$PKI/$kc_-remote.kubeconfig"
+  done
   if [ "$NODES" -gt 1 ]; then
-    # Nodes 2..N reach the apiserver at this machine's address, not 127.0.0.1.
-    local kc_
-    for kc_ in kube-proxy admin; do
-      sed "s#server: https://127.0.0.1:6443#server: https://$NODE_IP:6443#" "$PKI/$kc_.kubeconfig" >"$PKI/$kc_-remote.kubeconfig"
-    done
     link_up
     for i in $(seq 2 "$NODES"); do node_net_up "$i"; done
   fi
@@ -648,7 +653,7 @@ cmd_down() {
   done
   forget_pod_netns
   ip link del "$LINK_BRIDGE" 2>/dev/null || true
-  rm -rf "$VAR" "$RUN" "$PKI" "$ETC" "$DIR/nodes" "$KUBECONFIG"
+  rm -rf "$VAR" "$RUN" "$PKI" "$ETC" "$DIR/nodes" "$DIR/imported" "$KUBECONFIG"
   [ -n "$quiet" ] || say "down"
 }
 
@@ -689,7 +694,8 @@ clean_netpol() {
   done
 }
 
-# cmd_import loads image tarballs into every node's containerd.
+# cmd_import loads image tarballs into every node's containerd, and notes
+# them in $DIR/imported so that a node added later gets them too.
 cmd_import() {
   need_root
   [ $# -gt 0 ] || die "usage: $0 import IMAGE.tar…"
@@ -703,7 +709,34 @@ cmd_import() {
       [ "$i" = 1 ] && say "imported $f"
     done
   done
+  for f in "$@"; do
+    f=$(realpath "$f")
+    grep -qxF "$f" "$DIR/imported" 2>/dev/null || echo "$f" >>"$DIR/imported"
+  done
   return 0
+}
+
+# cmd_add_node I joins node I (2..9) to the running cluster: its network
+# namespace and link, its containerd with every image imported so far, its
+# kubelet, kube-proxy and network policy controller. The suite adds nodes
+# this way after the scenarios that want one node, for those that need more.
+cmd_add_node() {
+  local i=$1 f
+  need_root
+  [[ "$i" =~ ^[2-9]$ ]] || die "add-node: I must be a node number from 2 to 9, not '$i'"
+  [ -f "$RUN/kube-apiserver.pid" ] && ours "$(cat "$RUN/kube-apiserver.pid")" || die "the host cluster is not up: run '$0 up' first"
+  use_node "$i"
+  [ ! -e "$DIR/nodes/n$i" ] || die "node $i exists already ($DIR/nodes/n$i)"
+  link_up
+  node_net_up "$i"
+  write_node_config "$i"
+  start_containerd
+  until_ok 30 "containerd$N_SFX" test -S "$N_SOCK"
+  for f in "$IMAGES"/*.tar $(cat "$DIR/imported" 2>/dev/null); do
+    [ -f "$f" ] && ctr_ images import "$f" >/dev/null
+  done
+  start_node_agents
+  say "node $N_NAME added"
 }
 
 cmd_status() {
@@ -734,5 +767,6 @@ case "${1:-}" in
   restart) shift; cmd_restart 1 "$@" ;;
   restart-node) shift; cmd_restart "$@" ;;
   kill-node) shift; cmd_kill "$@" ;;
-  *) echo "usage: $0 build|up|down|import IMAGE.tar…|status|restart [SECONDS]|restart-node I [SECONDS]|kill-node I" >&2; exit 2 ;;
+  add-node) shift; cmd_add_node "$@" ;;
+  *) echo "usage: $0 build|up|down|import IMAGE.tar…|status|restart [SECONDS]|restart-node I [SECONDS]|kill-node I|add-node I" >&2; exit 2 ;;
 esac

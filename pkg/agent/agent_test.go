@@ -578,6 +578,65 @@ func TestAgentFailsPodWhoseHostPodIsLost(t *testing.T) {
 	}
 }
 
+// TestAgentDeletesVirtualPodWhoseHostPodIsEvicted: the host evicts a host
+// pod (here as the taint manager does from a node that stopped answering:
+// DisruptionTarget, then a deletion no kubelet completes). The virtual pod
+// is deleted at once, so that its controller replaces it, and stays
+// Terminating until the host pod is gone, as the host pod does.
+func TestAgentDeletesVirtualPodWhoseHostPodIsEvicted(t *testing.T) {
+	c := ctx(t)
+	const ns = "evicted"
+	virtualNamespace(t, ns)
+	hp := runVirtual(t, boundPod(ns, "on-lost-node"))
+
+	live, err := hostAdmin.CoreV1().Pods(hostNamespace).Get(c, hp.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Status.Conditions = append(live.Status.Conditions, corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager",
+		Message: "Taint manager: deleting due to NoExecute taint", LastTransitionTime: metav1.Now(),
+	})
+	if _, err := hostAdmin.CoreV1().Pods(hostNamespace).UpdateStatus(c, live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Bound to a node whose kubelet never confirms: it stays Terminating.
+	if err := hostAdmin.CoreV1().Pods(hostNamespace).Delete(c, hp.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(30))}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the virtual pod deleted after its host pod's eviction", func() error {
+		p, err := virtAdmin.CoreV1().Pods(ns).Get(c, "on-lost-node", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.DeletionTimestamp == nil {
+			return errors.New("not being deleted")
+		}
+		return nil
+	})
+	eventually(t, "an Evicted event on the virtual pod naming the host's reason", func() error {
+		n, err := countVirtualEvents(c, ns, "on-lost-node", func(e corev1.Event) bool {
+			return e.Reason == "Evicted" && strings.Contains(e.Message, "DeletionByTaintManager") && !strings.Contains(e.Message, "host-node")
+		})
+		if err == nil && n == 0 {
+			err = errors.New("none yet")
+		}
+		return err
+	})
+	if _, err := virtAdmin.CoreV1().Pods(ns).Get(c, "on-lost-node", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the virtual pod went before its host pod: %v", err)
+	}
+
+	// The node is declared off and the host pod goes: so does the virtual one.
+	if err := hostAdmin.CoreV1().Pods(hostNamespace).Delete(c, hp.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, "the virtual pod", func() error {
+		_, err := virtAdmin.CoreV1().Pods(ns).Get(c, "on-lost-node", metav1.GetOptions{})
+		return err
+	})
+}
+
 func TestAgentRefusesPodsThatWouldReachTheHost(t *testing.T) {
 	c := ctx(t)
 	const ns = "escape"

@@ -59,6 +59,8 @@ func (r *run) reconcile(ctx context.Context, key string) (requeue bool, err erro
 		// A new incarnation under the same name (a StatefulSet pod): the old
 		// host pod goes first.
 		return true, r.deleteHost(ctx, hpod, nil)
+	case hpod != nil && hpod.DeletionTimestamp != nil && hostDisruption(hpod) != "":
+		return false, r.followHostEviction(ctx, vpod, hpod)
 	case hpod == nil:
 		return r.create(ctx, vpod)
 	}
@@ -104,6 +106,44 @@ func (r *run) virtualGone(ctx context.Context, ns, name string, hpod *corev1.Pod
 		return false, fmt.Errorf("confirming virtual pod is gone: %w", err)
 	}
 	return false, r.deleteHost(ctx, hpod, nil)
+}
+
+// hostDisruption is the reason of the host pod's DisruptionTarget condition
+// when it is True, or "": Kubernetes sets it on a pod it takes away (the
+// taint manager evicting pods from a node that stopped answering, the
+// Eviction API of a drain, the scheduler's preemption, pod garbage
+// collection).
+func hostDisruption(hpod *corev1.Pod) string {
+	for _, c := range hpod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// followHostEviction deletes the virtual pod of a host pod the host is
+// taking away, as Kubernetes deletes a pod it evicts: the virtual pod's
+// controller makes its replacement now, not when the host pod is gone, which
+// from a node that stopped answering is never (its pods stay Terminating
+// until the node comes back or is declared off). The virtual pod finishes
+// deleting once the host pod is gone (virtualDeleting), as the host pod
+// does. The Event names only the condition's reason: its message may name a
+// host node.
+func (r *run) followHostEviction(ctx context.Context, vpod, hpod *corev1.Pod) error {
+	err := r.virtual.CoreV1().Pods(vpod.Namespace).Delete(ctx, vpod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: hpod.DeletionGracePeriodSeconds,
+		Preconditions:      &metav1.Preconditions{UID: &vpod.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting virtual pod whose host pod is evicted: %w", err)
+	}
+	r.record(ctx, vpod, corev1.EventTypeWarning, "Evicted",
+		fmt.Sprintf("the host is taking this pod away (%s); its controller, if it has one, replaces it", hostDisruption(hpod)))
+	return nil
 }
 
 // virtualDeleting stops the host pod with the virtual pod's grace period,
