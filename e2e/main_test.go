@@ -44,6 +44,10 @@ import (
 //	E2E_NODE_RESTART    command that restarts the host's node as a power cut does and returns
 //	                    once it is booted again (hack/e2e.sh: "hostcluster.sh restart 10");
 //	                    unset, TestNodeRestart is skipped (a cluster the suite cannot restart)
+//	E2E_KILL_NODE       command that, given a node's name, cuts that node's power and
+//	                    network for good (hack/e2e.sh: "hostcluster.sh kill-node"); the
+//	                    node-loss scenarios (build tag e2e_nodes, nodeloss_test.go) need it
+//	                    and three Ready nodes
 //	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 3;
 //	                    more for a measurement)
 //	E2E_BOOTSTRAP_COMPARE=1 TestBootstrapLockAfterDeletionDuringFirstStart also times
@@ -55,6 +59,7 @@ type config struct {
 	nodeIP         string
 	ctr            []string
 	nodeRestart    []string // E2E_NODE_RESTART
+	nodeKill       []string // E2E_KILL_NODE
 	rounds         int
 	compare        bool // E2E_BOOTSTRAP_COMPARE
 	workDir        string
@@ -153,6 +158,7 @@ func setup(m *testing.M) (int, error) {
 	}
 	cfg.ctr = strings.Fields(ctr)
 	cfg.nodeRestart = strings.Fields(os.Getenv("E2E_NODE_RESTART"))
+	cfg.nodeKill = strings.Fields(os.Getenv("E2E_KILL_NODE"))
 	cfg.rounds = 3
 	if r := os.Getenv("E2E_RECOVERY_ROUNDS"); r != "" {
 		if _, err := fmt.Sscan(r, &cfg.rounds); err != nil || cfg.rounds < 1 {

@@ -18,6 +18,9 @@
 #                    images' pull policy becomes IfNotPresent so it can be pulled
 #        E2E_SKIP_IMAGES=1 reuse the tarballs in _output/images
 #        E2E_PARALLEL=4 how many scenarios run at once (each has its own virtual cluster)
+#        E2E_NODE_LOSS=1 after the suite, two nodes join the host cluster and the node-loss
+#                    scenarios run (e2e/nodeloss_test.go); the default when `test` has no
+#                    GO_TEST_ARG; 0 never; only: those scenarios alone
 #        E2E_KEEP=1  leave the host cluster up after `test` (for debugging)
 #        E2E_DUMP_LINES=150 log lines per container in the dump a failed `test` prints
 #        E2E_FAIL_LINES=80 lines of each failed scenario printed after the dump (the whole go test
@@ -267,16 +270,51 @@ cmd_test() {
   if [ "$CLUSTER" = hostcluster ]; then
     export E2E_NODE_RESTART="$HC restart 10"
   fi
-  say "go test -tags $tags ./e2e/ $*"
-  # Scenarios run side by side (each on its own virtual cluster in its own
-  # namespace; see e2e/doc.go): most of their time is spent waiting for pods.
-  # The output is kept in $TEST_LOG too: a failed run prints, after the dump,
-  # the tail of each failed scenario's own lines (CI shows only the last part).
-  # No vet pass here: `make lint` vets the suite with every analyzer.
   mkdir -p "$(dirname "$TEST_LOG")"
-  E2E_K3KCLI=$BIN/k3kcli interruptible bash -o pipefail -c '"$@" 2>&1 | tee "$0"' "$TEST_LOG" \
-    go test -tags "$tags" -vet=off -count=1 -v -timeout 80m -parallel "${E2E_PARALLEL:-4}" ./e2e/ "$@"
+  : >"$TEST_LOG"
+  local phase=${E2E_NODE_LOSS:-}
+  if [ -z "$phase" ]; then
+    # By default the node-loss scenarios run after a whole suite, not after
+    # the scenarios a GO_TEST_ARG such as -run picked.
+    phase=0
+    [ $# -gt 0 ] || [ "$CLUSTER" != hostcluster ] || phase=1
+  fi
+  if [ "$phase" != only ]; then
+    suite "$tags" "$@"
+  fi
+  if [ "$phase" = 1 ] || [ "$phase" = only ]; then
+    [ "$CLUSTER" = hostcluster ] || die "E2E_NODE_LOSS=$phase: the node-loss scenarios need the host cluster of hack/hostcluster"
+    node_loss "$tags"
+  fi
   say "suite passed"
+}
+
+# suite TAGS [GO_TEST_ARG...] runs go test on the e2e package. Scenarios run
+# side by side (each on its own virtual cluster in its own namespace; see
+# e2e/doc.go): most of their time is spent waiting for pods. The output is
+# kept in $TEST_LOG too: a failed run prints, after the dump, the tail of each
+# failed scenario's own lines (CI shows only the last part). No vet pass
+# here: `make lint` vets the suite with every analyzer.
+suite() {
+  local tags=$1
+  shift
+  say "go test -tags $tags ./e2e/ $*"
+  E2E_K3KCLI=$BIN/k3kcli interruptible bash -o pipefail -c '"$@" 2>&1 | tee -a "$0"' "$TEST_LOG" \
+    go test -tags "$tags" -vet=off -count=1 -v -timeout 80m -parallel "${E2E_PARALLEL:-4}" ./e2e/ "$@"
+}
+
+# node_loss runs the node-loss scenarios (e2e/nodeloss_test.go, build tag
+# e2e_nodes) on the same host cluster: two nodes added, the controller's
+# node-loss timeout lowered to 30 s (its default, 5 min, is what the rest of
+# the suite ran with), each scenario cutting one added node off for good.
+node_loss() {
+  say "node-loss scenarios: nodeLossTimeout 30s, nodes 2 and 3 join"
+  # First, so that the controller's new pod starts on node 1, which no
+  # scenario cuts off.
+  interruptible "$HELM" upgrade "$RELEASE" charts/k3k -n "$RELEASE_NS" --reuse-values --set-string nodeLossTimeout=30s --wait --timeout 3m
+  "$HC" add-node 2
+  "$HC" add-node 3
+  E2E_KILL_NODE="$HC kill-node" suite "$1,e2e_nodes" -run '^TestNodeLoss'
 }
 
 # node_ip is the InternalIP of the (first) node: where node ports are reached.
