@@ -259,7 +259,7 @@ func runController(t *testing.T, watch []string) {
 			ServerImage: "rancher/k3s", DefaultVersion: "v1.34.3-k3s1",
 			DatastoreImage: "k3k-io/k3k-datastore:test", AgentImage: "k3k-io/k3k-kubelet:test", AgentClusterRole: agentRole,
 			BackupExecClusterRole: backupExecRole, NodeLossTimeout: 5 * time.Minute,
-			PullPolicy:            corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
+			PullPolicy: corev1.PullIfNotPresent, DefaultPersistence: v1beta1.DynamicPersistence, DefaultDatastore: v1beta1.SQLiteDatastore,
 			Isolation: cluster.IsolationDefaults{
 				QuotaHard:           corev1.ResourceList{corev1.ResourcePods: resource.MustParse("20")},
 				LimitDefaultRequest: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},

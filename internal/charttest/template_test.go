@@ -131,7 +131,11 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			}
 			serviceCIDRRole(t, objs)
 			storageClassRole(t, objs)
-			readingRole(t, objs, "nodes", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}})
+			readingRole(t, objs, "nodes", []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+				// nodeLossTimeout (the default): can a lost server's volume move?
+				{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get"}},
+			})
 			for _, ns := range []string{"team-a", "team-b"} {
 				if find(objs, "Role", ns, release) == nil || find(objs, "RoleBinding", ns, release) == nil {
 					t.Errorf("no Role and RoleBinding in watched namespace %s", ns)
@@ -146,13 +150,14 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			wantArgs(t, d, "--agent-seccomp-default=false", "--agent-seccomp-localhost-profiles=profiles/audit.json,strict.json", "--agent-apparmor-localhost-profiles=k3k-audited,tenant-web",
 				"--agent-default-requests=cpu=50m,memory=64Mi", "--agent-default-limits=memory=1Gi", "--host-cluster-domain=corp.internal",
 				"--agent-always-pull-images=false", "--agent-allow-registry-addresses=true", "--agent-user-namespaces=false", "--host-service-cidr=10.96.0.0/12",
-				"--agent-storage-class-copies=false", "--agent-priority-classes=batch=tenant-batch,critical=tenant-critical")
-			// Nodes are read only to decide user namespaces (auto), the
+				"--agent-storage-class-copies=false", "--agent-priority-classes=batch=tenant-batch,critical=tenant-critical", "--node-loss-timeout=0")
+			// Nodes are read only to decide user namespaces (auto) or for
+			// node-loss handling (nodeLossTimeout not 0), the
 			// ServiceCIDR only when hostServiceCIDR does not name the network,
 			// StorageClasses only for the agents' copies.
 			if n := kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", release+"-nodes") != nil || find(objs, "ClusterRole", "", release+"-service-cidr") != nil ||
 				find(objs, "ClusterRole", "", release+"-storage-classes") != nil {
-				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v, the service-cidr one %v: want only the controller's own binding with userNamespaces false and hostServiceCIDR set",
+				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v, the service-cidr one %v: want only the controller's own binding with userNamespaces false, nodeLossTimeout 0 and hostServiceCIDR set",
 					n, find(objs, "ClusterRole", "", release+"-nodes") != nil, find(objs, "ClusterRole", "", release+"-service-cidr") != nil)
 			}
 		},
@@ -160,7 +165,7 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 		values: "defaults.yaml",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
 			wantArgs(t, d, "--default-datastore-type=etcd", "--default-server-spread=Required", "--default-persistence-type=ephemeral",
-				"--default-storage-class=fast-ssd", "--default-version=v1.33.5-k3s1")
+				"--default-storage-class=fast-ssd", "--default-version=v1.33.5-k3s1", "--node-loss-timeout=10m")
 		},
 	}, {
 		values: "isolation.yaml",

@@ -45,8 +45,7 @@ import (
 //     storage) cannot follow the pod at all: the condition says so, and the
 //     pod is left where it is.
 //
-// docs/etcd.md and docs/persistence.md, "When a node is lost", are the
-// operator's side of this.
+// docs/etcd.md, "When a node is lost", is the operator's side of this.
 
 // ReasonServerNodeLost is ServersReady's reason while a server pod sits on a
 // lost node: the message says what the controller does about it, or what
@@ -142,9 +141,9 @@ func (r *Reconciler) observeNodeLoss(ctx context.Context, pods []corev1.Pod) ([]
 	return lost, recheck, nil
 }
 
-// lostEtcdMembers adds to lost (pod name → member ID) the member of each
-// server pod on a lost node, so that etcd.Plan removes it as it removes a
-// member that lost its data. Plan removes only a member that does not
+// lostEtcdMembers adds to lost (pod name → member ID) the started member of
+// each server pod on a lost node, so that etcd.Plan removes it as it removes
+// a member that lost its data. Plan removes only a member that does not
 // answer, and only while the others keep quorum.
 func lostEtcdMembers(c *v1beta1.Cluster, lost map[string]uint64, onLostNodes []nodeLoss, observed etcd.Observed) bool {
 	added := false
@@ -153,7 +152,7 @@ func lostEtcdMembers(c *v1beta1.Cluster, lost map[string]uint64, onLostNodes []n
 		if i < 0 || lost[l.pod.Name] != 0 {
 			continue
 		}
-		if m, ok := observed.MemberFor(EtcdPeer(c, i)); ok {
+		if m, ok := observed.MemberFor(EtcdPeer(c, i)); ok && m.Started() {
 			lost[l.pod.Name] = m.ID
 			added = true
 		}
@@ -231,7 +230,11 @@ func (r *Reconciler) replaceEtcdMemberOnLostNode(ctx context.Context, c *v1beta1
 		return where + "; waiting for the other etcd members to confirm a quorum before its member is replaced", nil
 	}
 	i := ServerOrdinal(c, l.pod.Name)
-	if m, ok := observed.MemberFor(EtcdPeer(c, i)); ok {
+	// A member that never started is not the lost pod's: it is the one
+	// etcd.Plan added for the pod's replacement once the lost member was
+	// removed (or one the lost pod never got to start), and it waits for
+	// that replacement. Waiting for it to go would wait for ever.
+	if m, ok := observed.MemberFor(EtcdPeer(c, i)); ok && m.Started() {
 		if observed.Healthy(m.ID) {
 			return fmt.Sprintf("%s, but its etcd member %s still answers: it stays", where, etcd.FormatID(m.ID)), nil
 		}

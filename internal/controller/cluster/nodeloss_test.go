@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
+	"github.com/k3k-io/k3k/pkg/datastore/etcd"
 	"github.com/k3k-io/k3k/pkg/layout"
 )
 
@@ -246,5 +248,119 @@ func TestNodeLossHandlingOffLeavesServerPodsAlone(t *testing.T) {
 	}
 	if cond := condition(t, c, v1beta1.ConditionServersReady); cond.Reason == v1beta1.ReasonServerNodeLost {
 		t.Errorf("ServersReady %s with node-loss handling off", cond.Reason)
+	}
+}
+
+// TestEtcdMemberOnALostNodeIsReplaced runs three real members, the third
+// one's pod on a node that has not been Ready for longer than the timeout.
+// While that member answers it stays. Once it stops (the node is gone), the
+// controller removes it (the other two keep quorum), then deletes its
+// volume claim and its pod; a new pod with an empty volume joins as a new
+// member and three healthy voters are back. The member etcd.Plan adds for
+// the replacement while the old pod is still there must not hold the
+// deletion (seen on three real nodes: it did, for ever).
+func TestEtcdMemberOnALostNodeIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	dns := startPodDNS(t)
+	r, _ := newReconciler(t)
+	r.Config.NodeLossTimeout = time.Minute
+	ns := newNamespace(t)
+	// Both Ready while the members start; the second is lost below.
+	live, lost := readyNode(ns+"-live", true, time.Now().Add(-time.Hour)), readyNode(ns+"-lost", true, time.Now().Add(-time.Hour))
+	for _, n := range []*corev1.Node{live, lost} {
+		status := n.Status
+		if err := k8s.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		n.Status = status
+		if err := k8s.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
+	}
+	c := createCluster(t, newEtcdCluster(ns, "lostnode", 3))
+	reconcileOnce(t, r, c)
+	pm := newPodMembers(t, c, dns)
+	pm.start(0, "")
+	<-pm.running[0].ReadyNotify()
+	// What the StatefulSet controller and the scheduler would make: pods 0
+	// and 1 on the live node, pod 2 with its claim on the lost one.
+	serverPod := func(i int, node string, claim string) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: layout.ServerPodName(c, i), Labels: serverLabels(c)},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}}},
+		}
+		if claim != "" {
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		}
+		if err := k8s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	serverPod(0, live.Name, "")
+	serverPod(1, live.Name, "")
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-" + layout.ServerPodName(c, 2), Labels: serverLabels(c)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}},
+		},
+	}
+	if err := k8s.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	old := serverPod(2, lost.Name, claim.Name)
+	reconcileUntil(t, r, c, pm, "three healthy voters", healthyVoters(3))
+	lostID := etcd.FormatID(pm.running[2].ID())
+
+	// The node stops reporting (ten minutes ago, past the timeout), but its
+	// member still answers: the node's kubelet may be what failed.
+	lost.Status = readyNode(lost.Name, false, time.Now().Add(-10*time.Minute)).Status
+	if err := k8s.Status().Update(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+	if state := podState(t, c, old.Name); state != "live+finalizer" {
+		t.Fatalf("pod 2 is %s while its member answers, want live+finalizer", state)
+	}
+	if cond := condition(t, c, v1beta1.ConditionServersReady); !strings.Contains(cond.Message, "still answers: it stays") {
+		t.Errorf("ServersReady %s %q: want it to say the member stays", cond.Reason, cond.Message)
+	}
+
+	// The node is gone with the member.
+	pm.stop(2)
+	reconcileUntil(t, r, c, nil, "pod 2 deleted and its claim with it", func(c *v1beta1.Cluster) bool {
+		p := &corev1.Pod{}
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: old.Name}, p)
+		if err == nil && p.UID == old.UID {
+			return false
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err = k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: claim.Name}, pvc)
+		// envtest runs no protection controller: the claim keeps its
+		// finalizer, marked for deletion.
+		return apierrors.IsNotFound(err) || (err == nil && pvc.DeletionTimestamp != nil)
+	})
+	for _, m := range c.Status.Datastore.Members {
+		if m.ID == lostID {
+			t.Errorf("the lost member %s is still listed: %+v", lostID, c.Status.Datastore.Members)
+		}
+	}
+	if q := c.Status.Datastore.Quorum; q == nil || q.Voters != 2 || q.HealthyVoters != 2 {
+		t.Errorf("quorum %+v after the removal, want two healthy voters", q)
+	}
+
+	// The StatefulSet's new pod 2, on the live node with a new volume.
+	if err := os.RemoveAll(pm.data[2]); err != nil {
+		t.Fatal(err)
+	}
+	delete(pm.data, 2)
+	serverPod(2, live.Name, "")
+	reconcileUntil(t, r, c, pm, "three healthy voters again", healthyVoters(3))
+	for _, m := range c.Status.Datastore.Members {
+		if m.Name == layout.ServerPodName(c, 2) && m.ID == lostID {
+			t.Errorf("pod 2's member is still %s: want a new member", lostID)
+		}
 	}
 }

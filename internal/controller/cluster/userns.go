@@ -124,12 +124,22 @@ func supportsUserNamespaces(n *corev1.Node) bool {
 	return false
 }
 
-// trimNode keeps of a Node only what userNamespacesCondition reads, so the
-// controller's cache does not hold every node's image list and conditions.
+// trimNode keeps of a Node only what userNamespacesCondition and node-loss
+// handling (its Ready condition) read, so the controller's cache does not
+// hold every node's image list and other conditions. Without the Ready
+// condition every node looked lost to node-loss handling (the first
+// three-node e2e run of 2026-12-07 showed it: "not Ready since" the node's
+// creation, on a node that was Ready).
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
+	}
+	var ready []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = append(ready, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
+		}
 	}
 	return &corev1.Node{
 		TypeMeta: n.TypeMeta,
@@ -138,7 +148,7 @@ func trimNode(obj any) (any, error) {
 			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
 		},
 		Spec:   corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
-		Status: corev1.NodeStatus{RuntimeHandlers: n.Status.RuntimeHandlers},
+		Status: corev1.NodeStatus{RuntimeHandlers: n.Status.RuntimeHandlers, Conditions: ready},
 	}, nil
 }
 

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"time"
+
 	"context"
 	"strings"
 	"testing"
@@ -87,12 +89,17 @@ func TestParseUserNamespacesMode(t *testing.T) {
 }
 
 // TestTrimNodeKeepsWhatTheDecisionReads: the cache's copy of a Node gives
-// the same decision as the Node, without its images and conditions.
+// the same user namespace and node-loss decisions as the Node, without its
+// images and other conditions.
 func TestTrimNodeKeepsWhatTheDecisionReads(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 12, 7, 14, 0, 0, 0, time.UTC))
 	n := node("a", ptr.To(true), func(n *corev1.Node) {
-		n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectPreferNoSchedule}}
+		n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectPreferNoSchedule}, outOfServiceTaint}
 		n.Status.Images = []corev1.ContainerImage{{Names: []string{"big"}}}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady}}
+		n.Status.Conditions = []corev1.NodeCondition{
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+			{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: since, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."},
+		}
 		n.Labels = map[string]string{"x": "y"}
 	})
 	out, err := trimNode(&n)
@@ -100,11 +107,15 @@ func TestTrimNodeKeepsWhatTheDecisionReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := out.(*corev1.Node)
-	if tn.Name != "a" || len(tn.Status.Images) != 0 || len(tn.Status.Conditions) != 0 || len(tn.Labels) != 0 {
+	if tn.Name != "a" || len(tn.Status.Images) != 0 || len(tn.Status.Conditions) != 1 || tn.Status.Conditions[0].Message != "" || len(tn.Labels) != 0 {
 		t.Errorf("kept too much: %+v", tn)
 	}
 	if runsWorkloads(tn) != runsWorkloads(&n) || supportsUserNamespaces(tn) != supportsUserNamespaces(&n) || !supportsUserNamespaces(tn) {
 		t.Errorf("the trimmed Node decides otherwise: %+v", tn)
+	}
+	gotSince, gotReady := notReadySince(tn)
+	if gotReady || !gotSince.Equal(since.Time) || !outOfService(tn) {
+		t.Errorf("the trimmed Node reads Ready=%v since %v, out of service %v; want not Ready since %v, out of service", gotReady, gotSince, outOfService(tn), since.Time)
 	}
 }
 
