@@ -1,4 +1,4 @@
-//go:build e2e && e2e_nodes
+//go:build e2e
 
 package e2e
 
@@ -22,11 +22,11 @@ import (
 
 // The node-loss scenarios need a host of three nodes, two of which the suite
 // may cut off for good (E2E_KILL_NODE). hack/e2e.sh runs them after the
-// rest of the suite, on the same host cluster with two nodes added
-// (hostcluster.sh add-node) and the controller's node-loss timeout set to
-// 30 s; they run one after the other, in the order of this file: the first
-// kills one added node, the second the other. Nodes of the harness that can
-// be killed are named <node 1>-nI.
+// rest of the suite (which it runs with -skip '^TestNodeLoss'), on the same
+// host cluster with two nodes added (hostcluster.sh add-node) and the
+// controller's node-loss timeout set to 10 s; they run one after the other,
+// in the order of this file: the first kills one added node, the second the
+// other. Nodes of the harness that can be killed are named <node 1>-nI.
 
 var killable = regexp.MustCompile(`-n[2-9]$`)
 
@@ -35,7 +35,7 @@ var killable = regexp.MustCompile(`-n[2-9]$`)
 func nodeLossHost(t *testing.T) (killableReady []string, first string) {
 	t.Helper()
 	if len(cfg.nodeKill) == 0 {
-		t.Fatal("E2E_KILL_NODE is not set: the node-loss scenarios need a command that cuts a node off (hack/e2e.sh sets it)")
+		t.Skip("E2E_KILL_NODE is not set: this host cluster's nodes cannot be cut off by the suite (hack/e2e.sh sets it for its node-loss phase)")
 	}
 	nodes, err := host.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -273,7 +273,7 @@ func TestNodeLossSQLiteOnMovingVolume(t *testing.T) {
 		return false, nil
 	})
 	t.Logf("ServersReady %s after the cut: %s", time.Since(cut).Round(time.Second), said)
-	time.Sleep(10 * time.Second)
+	time.Sleep(3 * time.Second)
 	if p := getPod(t, v, victim.Name); p.UID != victim.UID || p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 0 {
 		t.Fatalf("server pod %s was replaced or force-deleted before anything said node %s is off", victim.Name, lost)
 	}
