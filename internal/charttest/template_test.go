@@ -333,8 +333,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				for _, v := range []string{"delete", "deletecollection", "escalate", "impersonate"} {
 					// delete only on a Cluster's isolation, backup and
 					// disruption budget objects, which a spec change must be
-					// able to remove (templates/_helpers.tpl).
-					if v == "delete" && (isolationRule(r) || backupRule(r) || disruptionRule(r)) {
+					// able to remove, and on the server pods and claims of a
+					// lost node (templates/_helpers.tpl).
+					if v == "delete" && (isolationRule(r) || backupRule(r) || disruptionRule(r) || nodeLossRule(r)) {
 						continue
 					}
 					if slices.Contains(r.Verbs, v) {
@@ -393,6 +394,13 @@ func backupRule(r rbacv1.PolicyRule) bool {
 // or pauses.
 func disruptionRule(r rbacv1.PolicyRule) bool {
 	return slices.Equal(r.APIGroups, []string{"policy"}) && slices.Equal(r.Resources, []string{"poddisruptionbudgets"})
+}
+
+// nodeLossRule reports whether r is the pods or the volume claims rule,
+// whose delete node-loss handling needs (nodeLossTimeout, the default).
+func nodeLossRule(r rbacv1.PolicyRule) bool {
+	return slices.Equal(r.APIGroups, []string{""}) &&
+		(slices.Equal(r.Resources, []string{"pods"}) || slices.Equal(r.Resources, []string{"persistentvolumeclaims"}))
 }
 
 // isolationRule reports whether r is about a Cluster's ResourceQuota,
