@@ -34,6 +34,23 @@ func readyNode(name string, ready bool, lastTransition time.Time, taints ...core
 	}
 }
 
+// createNodes creates nodes with their status (envtest runs no kubelet),
+// deleted when the test ends.
+func createNodes(t *testing.T, nodes ...*corev1.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		status := n.Status
+		if err := k8s.Create(context.Background(), n); err != nil {
+			t.Fatal(err)
+		}
+		n.Status = status
+		if err := k8s.Status().Update(context.Background(), n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
+	}
+}
+
 var outOfServiceTaint = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 
 func TestLostServerPodsCountsFromTheNodesLastReadyTransition(t *testing.T) {
@@ -123,17 +140,7 @@ func TestSQLiteServerOnALostNodeMovesOnlyOnceTheNodeIsOff(t *testing.T) {
 			lostName, liveName := ns+"-lost", ns+"-live"
 			lostNode := readyNode(lostName, false, time.Now().Add(-10*time.Minute))
 			liveNode := readyNode(liveName, true, time.Now().Add(-time.Hour))
-			for _, n := range []*corev1.Node{lostNode, liveNode} {
-				status := n.Status
-				if err := k8s.Create(ctx, n); err != nil {
-					t.Fatal(err)
-				}
-				n.Status = status
-				if err := k8s.Status().Update(ctx, n); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
-			}
+			createNodes(t, lostNode, liveNode)
 			r, _ := newReconciler(t)
 			r.Config.NodeLossTimeout = 5 * time.Minute
 			c := createCluster(t, &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "moving"}})
@@ -267,17 +274,7 @@ func TestEtcdMemberOnALostNodeIsReplaced(t *testing.T) {
 	ns := newNamespace(t)
 	// Both Ready while the members start; the second is lost below.
 	live, lost := readyNode(ns+"-live", true, time.Now().Add(-time.Hour)), readyNode(ns+"-lost", true, time.Now().Add(-time.Hour))
-	for _, n := range []*corev1.Node{live, lost} {
-		status := n.Status
-		if err := k8s.Create(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		n.Status = status
-		if err := k8s.Status().Update(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
-	}
+	createNodes(t, live, lost)
 	c := createCluster(t, newEtcdCluster(ns, "lostnode", 3))
 	reconcileOnce(t, r, c)
 	pm := newPodMembers(t, c, dns)
