@@ -203,6 +203,17 @@ func (r *Reconciler) replaceServerOnLostNode(ctx context.Context, c *v1beta1.Clu
 	if o.settings.Datastore == v1beta1.EtcdDatastore {
 		return r.replaceEtcdMemberOnLostNode(ctx, c, o, l, where)
 	}
+	if !mountsClaims(l.pod) {
+		// Ephemeral persistence: the data was on the lost node.
+		if l.fenced == "" {
+			return fmt.Sprintf("%s; its data was on that node (persistence ephemeral) and does not come back: once nothing on the node runs, taint it %s=nodeshutdown:NoExecute (or delete the Node) and the pod starts empty on another node",
+				where, corev1.TaintNodeOutOfService), nil
+		}
+		if err := r.forceDeletePod(ctx, c, l.pod, fmt.Sprintf("%s and %s: the pod is deleted so that it starts on another node, empty (persistence ephemeral)", where, l.fenced)); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s; %s, so the pod was deleted and starts empty on another node (persistence ephemeral)", where, l.fenced), nil
+	}
 	stuck, err := r.claimsBoundToNode(ctx, l)
 	if err != nil {
 		return "", err
@@ -250,6 +261,17 @@ func (r *Reconciler) replaceEtcdMemberOnLostNode(ctx context.Context, c *v1beta1
 		return "", err
 	}
 	return msg, nil
+}
+
+// mountsClaims says whether pod mounts a volume claim (persistence
+// dynamic) rather than keeping its data on the node (ephemeral).
+func mountsClaims(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // claimsBoundToNode names the volume claims of l.pod whose volume can be

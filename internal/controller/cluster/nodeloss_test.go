@@ -234,6 +234,47 @@ func TestSQLiteServerOnALostNodeMovesOnlyOnceTheNodeIsOff(t *testing.T) {
 	}
 }
 
+// TestEphemeralServerOnALostNodeSaysItsDataIsGone: a server with no volume
+// claim (persistence ephemeral) kept its data on the lost node: the
+// condition says so, and once the node is declared off the pod is deleted
+// to start empty elsewhere.
+func TestEphemeralServerOnALostNodeSaysItsDataIsGone(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	lost := readyNode(ns+"-lost", false, time.Now().Add(-10*time.Minute))
+	createNodes(t, lost)
+	r, _ := newReconciler(t)
+	r.Config.NodeLossTimeout = time.Minute
+	c := createCluster(t, &v1beta1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "scratch"},
+		Spec: v1beta1.ClusterSpec{Persistence: v1beta1.PersistenceConfig{Type: v1beta1.EphemeralPersistence}}})
+	reconcileOnce(t, r, c)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: layout.ServerPodName(c, 0), Labels: serverLabels(c)},
+		Spec:       corev1.PodSpec{NodeName: lost.Name, Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+	if cond := condition(t, c, v1beta1.ConditionServersReady); cond.Reason != v1beta1.ReasonServerNodeLost || !strings.Contains(cond.Message, "persistence ephemeral") {
+		t.Fatalf("ServersReady %s %q: want %s saying the data was on the node", cond.Reason, cond.Message, v1beta1.ReasonServerNodeLost)
+	}
+	if state := podState(t, c, pod.Name); state != "live" {
+		t.Fatalf("server pod %s before the node is known to be off, want live", state)
+	}
+	lost.Spec.Taints = append(lost.Spec.Taints, outOfServiceTaint)
+	if err := k8s.Update(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, c)
+	if state := podState(t, c, pod.Name); state != "gone" {
+		t.Fatalf("server pod %s once the node is declared off, want gone", state)
+	}
+	if cond := condition(t, c, v1beta1.ConditionServersReady); !strings.Contains(cond.Message, "starts empty on another node") {
+		t.Errorf("ServersReady %q does not say the pod starts empty elsewhere", cond.Message)
+	}
+}
+
 // TestNodeLossHandlingOffLeavesServerPodsAlone: with the timeout 0 nothing
 // reads Nodes and nothing is deleted.
 func TestNodeLossHandlingOffLeavesServerPodsAlone(t *testing.T) {
