@@ -510,10 +510,6 @@ boot() {
   say "node $N_NAME: restarted"
 }
 
-# cmd_restart I SECONDS emulates node I losing power and booting again: a
-# power cut, DOWNTIME seconds, a boot; the kubelet finds its pods without
-# containers, as after a real boot. The control plane keeps running, as it
-# would on other machines.
 # node_number ARG: the node number of ARG, a number or a node's name
 # ($NODE is node 1, $NODE-nI node I).
 node_number() {
@@ -524,6 +520,10 @@ node_number() {
   esac
 }
 
+# cmd_restart I SECONDS emulates node I losing power and booting again: a
+# power cut, DOWNTIME seconds, a boot; the kubelet finds its pods without
+# containers, as after a real boot. The control plane keeps running, as it
+# would on other machines.
 cmd_restart() {
   local i downtime=${2:-10}
   i=$(node_number "${1:-}")
@@ -750,7 +750,8 @@ cmd_add_node() {
   write_node_config "$i"
   start_containerd
   until_ok 30 "containerd$N_SFX" test -S "$N_SOCK"
-  for f in "$IMAGES"/*.tar $(cat "$DIR/imported" 2>/dev/null); do
+  # Every tarball imported so far, `up`'s own base images included.
+  for f in $(cat "$DIR/imported" 2>/dev/null); do
     [ -f "$f" ] && ctr_ images import "$f" >/dev/null
   done
   start_node_agents

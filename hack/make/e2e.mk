@@ -36,7 +36,7 @@ k3s: ## Build the real k3s server from K3S_SOURCE (cached by the tarball's hash 
 # can be pulled; E2E_CLUSTER=existing uses $KUBECONFIG instead of the host cluster.
 E2E_ARGS ?=
 
-e2e: ## The end-to-end suite on real k3s: host cluster up, images, helm install, go test -tags e2e ./e2e/, host cluster down (root)
+e2e: ## The end-to-end suite on real k3s: host cluster up, images, helm install, go test -tags e2e ./e2e/, then two nodes join for the node-loss scenarios, host cluster down (root)
 	$(E2E_ENV) hack/e2e.sh test $(E2E_ARGS)
 
 e2e-etcd: ## Scenario 6 only (etcd HA, 3 servers), part of `make e2e` too (root)

@@ -232,11 +232,11 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, c *v1beta1.Cluste
 	o.etcd.observed = &observed
 	// The member of a pod on a lost node is replaced as one that lost its
 	// data is (nodeloss.go): removed first, while the others keep quorum.
-	onLostNodes, _, err := r.observeNodeLoss(ctx, pods.Items)
+	onLostNodes, err := r.observeNodeLoss(ctx, c, o, pods.Items)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if lostEtcdMembers(c, lost, onLostNodes, observed) {
+	if lostEtcdMembers(c, lost, onLostNodes.pods, observed) {
 		desired = EtcdDesired(c, servers, lost)
 	}
 

@@ -115,11 +115,31 @@ func notReadySince(n *corev1.Node) (since time.Time, ready bool) {
 	return n.CreationTimestamp.Time, false
 }
 
-// observeNodeLoss reads the Nodes of pods and returns lostServerPods's
-// answer; nothing while node-loss handling is off (timeout 0).
-func (r *Reconciler) observeNodeLoss(ctx context.Context, pods []corev1.Pod) ([]nodeLoss, time.Duration, error) {
+// lostServers is what observeNodeLoss found in one reconcile.
+type lostServers struct {
+	pods []nodeLoss
+	// recheck is lostServerPods's: when a node on its way to the timeout
+	// gets there.
+	recheck time.Duration
+}
+
+// observeNodeLoss returns the server pods on lost nodes, read once per
+// reconcile (the etcd members step and reconcileNodeLoss both need them):
+// the Nodes of pods, or of the Cluster's server pods listed here when pods
+// is nil. Nothing while node-loss handling is off (timeout 0).
+func (r *Reconciler) observeNodeLoss(ctx context.Context, c *v1beta1.Cluster, o *observation, pods []corev1.Pod) (lostServers, error) {
 	if r.Config.NodeLossTimeout <= 0 {
-		return nil, 0, nil
+		return lostServers{}, nil
+	}
+	if o.lostServers != nil {
+		return *o.lostServers, nil
+	}
+	if pods == nil {
+		list := &corev1.PodList{}
+		if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
+			return lostServers{}, fmt.Errorf("listing server pods: %w", err)
+		}
+		pods = list.Items
 	}
 	nodes := map[string]*corev1.Node{}
 	for i := range pods {
@@ -133,12 +153,13 @@ func (r *Reconciler) observeNodeLoss(ctx context.Context, pods []corev1.Pod) ([]
 		case apierrors.IsNotFound(err):
 			continue
 		case err != nil:
-			return nil, 0, fmt.Errorf("getting node %s of server pod %s: %w", name, pods[i].Name, err)
+			return lostServers{}, fmt.Errorf("getting node %s of server pod %s: %w", name, pods[i].Name, err)
 		}
 		nodes[name] = n
 	}
 	lost, recheck := lostServerPods(pods, nodes, r.now(), r.Config.NodeLossTimeout)
-	return lost, recheck, nil
+	o.lostServers = &lostServers{lost, recheck}
+	return *o.lostServers, nil
 }
 
 // lostEtcdMembers adds to lost (pod name → member ID) the started member of
@@ -162,35 +183,28 @@ func lostEtcdMembers(c *v1beta1.Cluster, lost map[string]uint64, onLostNodes []n
 
 // reconcileNodeLoss acts on the server pods on lost nodes (see the top of
 // this file) and leaves what it found for ServersReady.
+//
+// It asks for no reconcile of its own but when a node on its way to the
+// timeout gets there: each later step is brought by a watch (the member's
+// removal by the etcd step's requeue, a deleted pod or claim by theirs, the
+// out-of-service taint or a deleted Node by the Node watch).
 func (r *Reconciler) reconcileNodeLoss(ctx context.Context, c *v1beta1.Cluster, o *observation) (ctrl.Result, error) {
-	if r.Config.NodeLossTimeout <= 0 {
-		return ctrl.Result{}, nil
-	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(serverLabels(c))); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing server pods: %w", err)
-	}
-	lost, recheck, err := r.observeNodeLoss(ctx, pods.Items)
+	lost, err := r.observeNodeLoss(ctx, c, o, nil)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	result := ctrl.Result{RequeueAfter: recheck}
-	if len(lost) == 0 {
-		return result, nil
-	}
 	var notes []string
-	for _, l := range lost {
+	for _, l := range lost.pods {
 		note, err := r.replaceServerOnLostNode(ctx, c, o, l)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		notes = append(notes, note)
 	}
-	o.nodeLoss = &blocker{ReasonServerNodeLost, strings.Join(notes, "; "), true}
-	// A lost node's pods are looked at again soon: each replacement takes
-	// several steps (member removed, claim and pod deleted, the new pod
-	// scheduled), each seen by the next reconcile.
-	return earliest(result, ctrl.Result{RequeueAfter: etcdRequeueWaiting}), nil
+	if len(notes) > 0 {
+		o.nodeLoss = &blocker{ReasonServerNodeLost, strings.Join(notes, "; "), true}
+	}
+	return ctrl.Result{RequeueAfter: lost.recheck}, nil
 }
 
 // replaceServerOnLostNode does what may be done now for server pod l.pod and
@@ -203,33 +217,29 @@ func (r *Reconciler) replaceServerOnLostNode(ctx context.Context, c *v1beta1.Clu
 	if o.settings.Datastore == v1beta1.EtcdDatastore {
 		return r.replaceEtcdMemberOnLostNode(ctx, c, o, l, where)
 	}
-	if !mountsClaims(l.pod) {
-		// Ephemeral persistence: the data was on the lost node.
-		if l.fenced == "" {
-			return fmt.Sprintf("%s; its data was on that node (persistence ephemeral) and does not come back: once nothing on the node runs, taint it %s=nodeshutdown:NoExecute (or delete the Node) and the pod starts empty on another node",
-				where, corev1.TaintNodeOutOfService), nil
-		}
-		if err := r.forceDeletePod(ctx, c, l.pod, fmt.Sprintf("%s and %s: the pod is deleted so that it starts on another node, empty (persistence ephemeral)", where, l.fenced)); err != nil {
+	// What the pod does once deleted, unless only the lost node can mount
+	// its volume.
+	next := "starts empty on another node: its data was on that node (persistence ephemeral) and does not come back"
+	if mountsClaims(l.pod) {
+		stuck, err := r.claimsBoundToNode(ctx, l)
+		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s; %s, so the pod was deleted and starts empty on another node (persistence ephemeral)", where, l.fenced), nil
-	}
-	stuck, err := r.claimsBoundToNode(ctx, l)
-	if err != nil {
-		return "", err
-	}
-	if len(stuck) > 0 {
-		return fmt.Sprintf("%s; its volume %s can only be mounted there (%s): bring the node back, or restore the Cluster from a snapshot (docs/backup.md)",
-			where, strings.Join(stuck, ", "), "node-local storage"), nil
+		if len(stuck) > 0 {
+			return fmt.Sprintf("%s; its volume %s can only be mounted there (node-local storage): bring the node back, or restore the Cluster from a snapshot (docs/backup.md)",
+				where, strings.Join(stuck, ", ")), nil
+		}
+		next = "starts on another node with its volume"
 	}
 	if l.fenced == "" {
-		return fmt.Sprintf("%s; its volume can move, but only once nothing on that node can write it: power the node off, then taint it %s=nodeshutdown:NoExecute (or delete the Node), and the pod starts on another node with its data",
-			where, corev1.TaintNodeOutOfService), nil
+		return fmt.Sprintf("%s; the pod moves only once nothing on that node can run or write: power the node off, then taint it %s=nodeshutdown:NoExecute (or delete the Node), and the pod %s",
+			where, corev1.TaintNodeOutOfService, next), nil
 	}
-	if err := r.forceDeletePod(ctx, c, l.pod, fmt.Sprintf("%s and %s: the pod is deleted so that it starts on another node with its volume", where, l.fenced)); err != nil {
+	msg := fmt.Sprintf("%s; %s, so the pod was deleted and %s", where, l.fenced, next)
+	if err := r.forceDeletePod(ctx, c, l.pod, msg); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s; %s, so the pod was deleted and starts on another node with its volume", where, l.fenced), nil
+	return msg, nil
 }
 
 // replaceEtcdMemberOnLostNode: the member first (etcd step, through
@@ -391,14 +401,6 @@ func CheckNodeLossAccess(ctx context.Context, c client.Client, cfg Config) error
 	if cfg.NodeLossTimeout <= 0 {
 		return nil
 	}
-	denied, err := deniedListWatch(ctx, c, "", "nodes")
-	if err != nil {
-		return fmt.Errorf("asking whether this controller may read Nodes (--node-loss-timeout reads them): %w", err)
-	}
-	if len(denied) > 0 {
-		return fmt.Errorf("--node-loss-timeout=%s watches the Nodes of server pods, but this controller may not %s Nodes: "+
-			"grant it get, list and watch on nodes (the chart's ClusterRole <release>-nodes, made with rbac.create), or set --node-loss-timeout=0 (nodeLossTimeout: 0)",
-			cfg.NodeLossTimeout, strings.Join(denied, " or "))
-	}
-	return nil
+	return checkNodeReads(ctx, c, "--node-loss-timeout", fmt.Sprintf("--node-loss-timeout=%s watches the Nodes of server pods", cfg.NodeLossTimeout),
+		"rbac.create", "set --node-loss-timeout=0 (nodeLossTimeout: 0)")
 }

@@ -59,8 +59,11 @@ type observation struct {
 	restore restoreState
 	// migration is what was observed of a migration from sqlite to etcd.
 	migration migrationState
-	// nodeLoss is what reconcileNodeLoss found and did about server pods on
-	// lost nodes; nil when none is on one.
+	// lostServers are the server pods on lost nodes, read once per
+	// reconcile (observeNodeLoss); nil until read.
+	lostServers *lostServers
+	// nodeLoss is what reconcileNodeLoss did about them, or what waits;
+	// nil when no server pod is on a lost node.
 	nodeLoss *blocker
 	// deleting: the Cluster is being deleted; nothing is observed.
 	deleting bool

@@ -175,14 +175,21 @@ func CheckUserNamespacesAccess(ctx context.Context, c client.Client, cfg Config)
 	if !cfg.readsNodes() {
 		return nil
 	}
+	return checkNodeReads(ctx, c, "--agent-user-namespaces=auto", "--agent-user-namespaces=auto reads the Nodes' runtime support",
+		"rbac.create and sharedAgent.userNamespaces auto", "set --agent-user-namespaces (sharedAgent.userNamespaces) to true or false")
+}
+
+// checkNodeReads asks whether the controller may list and watch Nodes, which
+// flag needs, and says otherwise: what flag does with them (need), the
+// chart values that grant the right (chart), and the way out (remedy).
+func checkNodeReads(ctx context.Context, c client.Client, flag, need, chart, remedy string) error {
 	denied, err := deniedListWatch(ctx, c, "", "nodes")
 	if err != nil {
-		return fmt.Errorf("asking whether this controller may read Nodes (--agent-user-namespaces=auto reads them): %w", err)
+		return fmt.Errorf("asking whether this controller may read Nodes (%s reads them): %w", flag, err)
 	}
 	if len(denied) > 0 {
-		return fmt.Errorf("--agent-user-namespaces=auto reads the Nodes' runtime support, but this controller may not %s Nodes: "+
-			"grant it get, list and watch on nodes (the chart's ClusterRole <release>-nodes, made with rbac.create and sharedAgent.userNamespaces auto), "+
-			"or set --agent-user-namespaces (sharedAgent.userNamespaces) to true or false", strings.Join(denied, " or "))
+		return fmt.Errorf("%s, but this controller may not %s Nodes: grant it get, list and watch on nodes (the chart's ClusterRole <release>-nodes, made with %s), or %s",
+			need, strings.Join(denied, " or "), chart, remedy)
 	}
 	return nil
 }

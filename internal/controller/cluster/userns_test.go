@@ -125,17 +125,10 @@ func TestTrimNodeKeepsWhatTheDecisionReads(t *testing.T) {
 // mode is auto and agents are configured.
 func TestCheckUserNamespacesAccess(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	user := "system:serviceaccount:" + ns + ":k3k-controller"
-	cfg := rest.CopyConfig(restConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
-	controller, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	controller, grant := controllerWithoutNodeReads(t)
 	auto := Config{AgentImage: "k3k-io/k3k-kubelet:dev", Agent: AgentDefaults{UserNamespaces: UserNamespacesAuto}}
 
-	err = CheckUserNamespacesAccess(ctx, controller, auto)
+	err := CheckUserNamespacesAccess(ctx, controller, auto)
 	for _, want := range []string{"may not list or watch Nodes", "get, list and watch on nodes", "to true or false"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("without rights: err = %v, want it to contain %q", err, want)
@@ -150,26 +143,7 @@ func TestCheckUserNamespacesAccess(t *testing.T) {
 			t.Errorf("mode %q, agent image %q: %v, want nothing checked", c.Agent.UserNamespaces, c.AgentImage, err)
 		}
 	}
-
-	admin, err := client.New(restConfig, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "k3k-nodes-" + ns
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-	for _, o := range []client.Object{role, binding} {
-		if err := admin.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.Delete(ctx, o) })
-	}
-	// The authorizer sees a new binding once its informer has it: at once
-	// on an idle machine, not always under CI's load (CI of 2026-12-07 failed
-	// here, the binding made a moment before).
+	grant()
 	if err := testenv.Poll(30*time.Second, 100*time.Millisecond, func() error {
 		return CheckUserNamespacesAccess(ctx, controller, auto)
 	}); err != nil {
@@ -183,16 +157,9 @@ func TestCheckUserNamespacesAccess(t *testing.T) {
 // timeout 0 nothing is asked.
 func TestCheckNodeLossAccess(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	user := "system:serviceaccount:" + ns + ":k3k-controller"
-	cfg := rest.CopyConfig(restConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
-	controller, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	controller, grant := controllerWithoutNodeReads(t)
 	on := Config{NodeLossTimeout: 5 * time.Minute}
-	err = CheckNodeLossAccess(ctx, controller, on)
+	err := CheckNodeLossAccess(ctx, controller, on)
 	for _, want := range []string{"may not list or watch Nodes", "get, list and watch on nodes", "--node-loss-timeout=0"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("without rights: err = %v, want it to contain %q", err, want)
@@ -201,25 +168,47 @@ func TestCheckNodeLossAccess(t *testing.T) {
 	if err := CheckNodeLossAccess(ctx, controller, Config{}); err != nil {
 		t.Errorf("timeout 0: %v, want nothing checked", err)
 	}
-	admin, err := client.New(restConfig, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "k3k-node-loss-" + ns
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-	for _, o := range []client.Object{role, binding} {
-		if err := admin.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.Delete(ctx, o) })
-	}
+	grant()
 	if err := testenv.Poll(30*time.Second, 100*time.Millisecond, func() error {
 		return CheckNodeLossAccess(ctx, controller, on)
 	}); err != nil {
 		t.Errorf("with the nodes rule: %v", err)
+	}
+}
+
+// controllerWithoutNodeReads is a client acting as a controller's
+// ServiceAccount that holds no rights, and grant, which gives it the chart's
+// nodes rule (get, list, watch), removed when the test ends. The authorizer
+// sees a new binding once its informer has it: at once on an idle machine,
+// not always under CI's load (CI of 2026-12-07 failed there), so callers
+// poll after grant.
+func controllerWithoutNodeReads(t *testing.T) (controller client.Client, grant func()) {
+	t.Helper()
+	ns := newNamespace(t)
+	user := "system:serviceaccount:" + ns + ":k3k-controller"
+	cfg := rest.CopyConfig(restConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	controller, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return controller, func() {
+		t.Helper()
+		admin, err := client.New(restConfig, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "k3k-nodes-" + ns
+		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
+		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+		for _, o := range []client.Object{role, binding} {
+			if err := admin.Create(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = admin.Delete(context.Background(), o) })
+		}
 	}
 }
