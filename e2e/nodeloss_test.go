@@ -20,13 +20,12 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 )
 
-// The node-loss scenarios need a host of three nodes, two of which the suite
-// may cut off for good (E2E_KILL_NODE). hack/e2e.sh runs them after the
-// rest of the suite (which it runs with -skip '^TestNodeLoss'), on the same
-// host cluster with two nodes added (hostcluster.sh add-node) and the
-// controller's node-loss timeout set to 10 s; they run one after the other,
-// in the order of this file: the first kills one added node, the second the
-// other. Nodes of the harness that can be killed are named <node 1>-nI.
+// The node-loss scenario needs a host of three nodes, one of which it may cut
+// off for good (E2E_KILL_NODE). hack/e2e.sh runs it after the rest of the
+// suite (which it runs with -skip '^TestNodeLoss'), on the same host cluster
+// with two nodes added (hostcluster.sh add-node) and the controller's
+// node-loss timeout set to 10 s. Nodes of the harness that can be killed are
+// named <node 1>-nI.
 
 var killable = regexp.MustCompile(`-n[2-9]$`)
 
@@ -144,168 +143,176 @@ func serverClaimUID(t *testing.T, pod *corev1.Pod) string {
 	return ""
 }
 
-// TestNodeLossEtcdMember cuts off, for good, a node holding one member of a
-// three-server etcd cluster while a writer creates a ConfigMap every 100 ms
-// and a Deployment runs inside. The other two keep quorum; once the node has
-// not been Ready for the node-loss timeout the controller removes the lost
-// member, deletes its pod and (node-local) volume claim, and the pod starts
-// on a node that answers with a new volume and joins as a new member. The
-// test asks that the virtual API serves, that the lost pod is replaced on
-// another node with a new claim, that three healthy members are back with
-// the two others unchanged, that the Deployment has a Ready pod on a node
-// that answers, and that every acknowledged write is there.
-func TestNodeLossEtcdMember(t *testing.T) {
-	killableNodes, _ := nodeLossHost(t)
-	ctx := context.Background()
-	v := createCluster(t, "lossetcd", "--servers", "3", "--datastore", "etcd", "--timeout", "10m")
+// TestNodeLoss cuts off, for good, one node that holds a member of a
+// three-server etcd cluster and the server of a SQLite cluster whose volume
+// is of class hostcluster-shared (a volume every node can mount, as a
+// network volume is), while in each a writer creates a ConfigMap every
+// 100 ms and a Deployment runs. One node, two clusters, as a lost machine
+// takes whatever it held; the two recover side by side:
+//
+//   - etcd, on its own: the other two members keep quorum; once the node has
+//     not been Ready for the node-loss timeout the controller removes the
+//     lost member, deletes its pod and (node-local) volume claim, and the pod
+//     starts on a node that answers with a new volume and joins as a new
+//     member;
+//   - SQLite, once the operator says the node is off: until then the server
+//     is not moved (ServersReady says ServerNodeLost and what to do); then
+//     the test does what it says, the taint node.kubernetes.io/out-of-service,
+//     and the pod starts elsewhere with its volume.
+//
+// The taint also makes Kubernetes delete the etcd pod on that node, in
+// whatever order relative to the controller's own steps: the member must be
+// replaced either way. Each cluster must serve again, have its Deployment
+// Ready on a node that answers, and hold every acknowledged write.
+func TestNodeLoss(t *testing.T) {
+	killableNodes, first := nodeLossHost(t)
+	et := createCluster(t, "lossetcd", "--servers", "3", "--datastore", "etcd", "--timeout", "10m")
 	crc := clusterClient(t)
-	members := waitMembers(t, crc, v, 3, 10*time.Minute)
+	members := waitMembers(t, crc, et, 3, 10*time.Minute)
 
-	const ns = "loss"
-	createVirtualNamespace(t, v, ns)
-	createClientDeployment(t, v, ns)
-	waitClientHostPod(t, v, ns)
-
+	// The node to lose: one that may be killed and holds exactly one member.
+	onNode := map[string][]*corev1.Pod{}
+	for i := 0; i < 3; i++ {
+		p := getPod(t, et, fmt.Sprintf("k3k-%s-server-%d", et.name, i))
+		onNode[p.Spec.NodeName] = append(onNode[p.Spec.NodeName], p)
+	}
 	var victim *corev1.Pod
-	for i := 0; i < 3 && victim == nil; i++ {
-		p := getPod(t, v, fmt.Sprintf("k3k-%s-server-%d", v.name, i))
-		for _, n := range killableNodes {
-			if p.Spec.NodeName == n {
-				victim = p
-			}
+	var lost string
+	for _, n := range killableNodes {
+		if len(onNode[n]) == 1 && victim == nil {
+			victim, lost = onNode[n][0], n
 		}
 	}
 	if victim == nil {
-		t.Fatalf("no server pod of %s is on a node that may be killed (%v): the spread put none there", v.name, killableNodes)
+		t.Fatalf("no node that may be killed (%v) holds exactly one server pod of %s: %v", killableNodes, et.name, onNode)
 	}
-	lost := victim.Spec.NodeName
-	oldClaim := serverClaimUID(t, victim)
-	t.Logf("killing node %s, which holds %s (member %s)", lost, victim.Name, members[victim.Name])
 
-	w := startWriter(v.client, ns)
-	time.Sleep(3 * time.Second)
-	cut := time.Now()
-	killNode(t, lost)
-
-	serve := servingAgain(t, v, cut, 3*time.Minute)
-	replaced := waitPodReplaced(t, v, victim, 6*time.Minute)
-	if replaced.Spec.NodeName == lost {
-		t.Fatalf("%s came back on the lost node %s", replaced.Name, lost)
-	}
-	after := waitMembers(t, crc, v, 3, 6*time.Minute)
-	healed := time.Since(cut)
-	for name, id := range members {
-		switch {
-		case name == victim.Name && after[name] == id:
-			t.Errorf("%s's member is still %s: the lost member was not replaced", name, id)
-		case name != victim.Name && after[name] != id:
-			t.Errorf("member of %s changed from %s to %s: only the lost one may", name, id, after[name])
+	// The SQLite server must land on that node: the others are closed to
+	// new pods while the cluster is made.
+	others := []string{first}
+	for _, n := range killableNodes {
+		if n != lost {
+			others = append(others, n)
 		}
 	}
-	if got := serverClaimUID(t, getPod(t, v, victim.Name)); got == oldClaim {
-		t.Errorf("%s mounts the same volume claim (%s) as on the lost node: want a new one", victim.Name, got)
+	for _, n := range others {
+		setUnschedulable(t, n, true)
+		t.Cleanup(func() { setUnschedulable(t, n, false) })
 	}
-	if msg, ok := clusterEvent(ctx, v, v1beta1.ReasonServerNodeLost); !ok {
-		t.Errorf("no %s Event on the Cluster", v1beta1.ReasonServerNodeLost)
-	} else {
-		t.Logf("Event %s: %s", v1beta1.ReasonServerNodeLost, msg)
+	sq := createCluster(t, "losssqlite", "--storage-class", "hostcluster-shared")
+	for _, n := range others {
+		setUnschedulable(t, n, false)
 	}
-	workload := clientBack(t, v, ns, lost, cut, 6*time.Minute)
+	sqVictim := getPod(t, sq, sq.pod())
+	if sqVictim.Spec.NodeName != lost {
+		t.Fatalf("server pod %s is on %s, not on %s, the only node open when it was made", sqVictim.Name, sqVictim.Spec.NodeName, lost)
+	}
 
-	time.Sleep(2 * time.Second)
-	before, later, failed := w.stop(cut)
-	t.Logf("node %s lost: virtual API serving %s after the cut; %s on node %s and three healthy members (%v) %s after it; Deployment client Ready on a node that answers %s after it (0: its pod was elsewhere)",
-		lost, serve.Round(time.Millisecond), victim.Name, replaced.Spec.NodeName, after, healed.Round(time.Second), workload.Round(time.Second))
-	t.Logf("%d writes acknowledged before the cut, %d after it, %d not acknowledged", before, later, failed)
-	if later == 0 {
-		t.Errorf("no write was acknowledged after the node was lost")
-	}
-	w.check(t, v.client)
-}
-
-// TestNodeLossSQLiteOnMovingVolume cuts off, for good, the node holding a
-// SQLite cluster's server, whose volume is of class hostcluster-shared (a
-// volume every node can mount, as a network volume is). The controller does
-// not move the server while nothing says the node is off: ServersReady says
-// ServerNodeLost with what to do, and the pod stays. Then the test does
-// what it says, as an operator would once the machine is powered off: the
-// taint node.kubernetes.io/out-of-service. The pod is deleted, starts on
-// node 1 with its volume, and every acknowledged write is there.
-func TestNodeLossSQLiteOnMovingVolume(t *testing.T) {
-	killableNodes, first := nodeLossHost(t)
-	ctx := context.Background()
-	// The server must land on a node that may be killed: node 1 is closed
-	// to new pods while the cluster is made.
-	setUnschedulable(t, first, true)
-	t.Cleanup(func() { setUnschedulable(t, first, false) })
-	v := createCluster(t, "losssqlite", "--storage-class", "hostcluster-shared")
-	setUnschedulable(t, first, false)
-	crc := clusterClient(t)
-
-	victim := getPod(t, v, v.pod())
-	lost := victim.Spec.NodeName
-	if !killable.MatchString(lost) {
-		t.Fatalf("server pod %s is on %s, which may not be killed (killable: %v)", victim.Name, lost, killableNodes)
-	}
-	claim := serverClaimUID(t, victim)
 	const ns = "loss"
-	createVirtualNamespace(t, v, ns)
-	createClientDeployment(t, v, ns)
-	waitClientHostPod(t, v, ns)
-	w := startWriter(v.client, ns)
+	for _, v := range []*vcluster{et, sq} {
+		createVirtualNamespace(t, v, ns)
+		createClientDeployment(t, v, ns)
+	}
+	for _, v := range []*vcluster{et, sq} {
+		waitClientHostPod(t, v, ns)
+	}
+	etClaim, sqClaim := serverClaimUID(t, victim), serverClaimUID(t, sqVictim)
+	t.Logf("killing node %s, which holds %s (member %s) and %s", lost, victim.Name, members[victim.Name], sqVictim.Name)
+	etWriter, sqWriter := startWriter(et.client, ns), startWriter(sq.client, ns)
 	time.Sleep(3 * time.Second)
 	cut := time.Now()
 	killNode(t, lost)
 
-	// Not moved while the node may still write its volume.
-	var said string
-	eventually(t, 4*time.Minute, "ServersReady saying ServerNodeLost and how to declare the node off", func(ctx context.Context) (bool, error) {
-		c := &v1beta1.Cluster{}
-		if err := crc.Get(ctx, client.ObjectKey{Namespace: v.namespace, Name: v.name}, c); err != nil {
-			return false, err
+	t.Run("the etcd cluster replaces the lost member", func(t *testing.T) {
+		t.Parallel()
+		serve := servingAgain(t, et, cut, 3*time.Minute)
+		replaced := waitPodReplaced(t, et, victim, 6*time.Minute)
+		if replaced.Spec.NodeName == lost {
+			t.Fatalf("%s came back on the lost node %s", replaced.Name, lost)
 		}
-		for _, cond := range c.Status.Conditions {
-			if cond.Type == v1beta1.ConditionServersReady && cond.Reason == v1beta1.ReasonServerNodeLost {
-				said = cond.Message
-				return strings.Contains(cond.Message, corev1.TaintNodeOutOfService), nil
+		after := waitMembers(t, crc, et, 3, 6*time.Minute)
+		healed := time.Since(cut)
+		for name, id := range members {
+			switch {
+			case name == victim.Name && after[name] == id:
+				t.Errorf("%s's member is still %s: the lost member was not replaced", name, id)
+			case name != victim.Name && after[name] != id:
+				t.Errorf("member of %s changed from %s to %s: only the lost one may", name, id, after[name])
 			}
 		}
-		return false, nil
+		if got := serverClaimUID(t, getPod(t, et, victim.Name)); got == etClaim {
+			t.Errorf("%s mounts the same volume claim (%s) as on the lost node: want a new one", victim.Name, got)
+		}
+		if msg, ok := clusterEvent(context.Background(), et, v1beta1.ReasonServerNodeLost); !ok {
+			t.Errorf("no %s Event on the Cluster", v1beta1.ReasonServerNodeLost)
+		} else {
+			t.Logf("Event %s: %s", v1beta1.ReasonServerNodeLost, msg)
+		}
+		workload := clientBack(t, et, ns, lost, cut, 6*time.Minute)
+		time.Sleep(2 * time.Second)
+		before, later, failed := etWriter.stop(cut)
+		t.Logf("node %s lost: virtual API serving %s after the cut; %s on node %s and three healthy members (%v) %s after it; Deployment client Ready on a node that answers %s after it (0: its pod was elsewhere)",
+			lost, serve.Round(time.Millisecond), victim.Name, replaced.Spec.NodeName, after, healed.Round(time.Second), workload.Round(time.Second))
+		t.Logf("%d writes acknowledged before the cut, %d after it, %d not acknowledged", before, later, failed)
+		if later == 0 {
+			t.Errorf("no write was acknowledged after the node was lost")
+		}
+		etWriter.check(t, et.client)
 	})
-	t.Logf("ServersReady %s after the cut: %s", time.Since(cut).Round(time.Second), said)
-	time.Sleep(3 * time.Second)
-	if p := getPod(t, v, victim.Name); p.UID != victim.UID || p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 0 {
-		t.Fatalf("server pod %s was replaced or force-deleted before anything said node %s is off", victim.Name, lost)
-	}
 
-	// The operator powers the machine off and says so.
-	fenced := time.Now()
-	node, err := host.CoreV1().Nodes().Get(ctx, lost, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	if _, err := host.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	replaced := waitPodReplaced(t, v, victim, 5*time.Minute)
-	serve := servingAgain(t, v, cut, 5*time.Minute)
-	if replaced.Spec.NodeName == lost {
-		t.Fatalf("%s came back on the lost node", replaced.Name)
-	}
-	if got := serverClaimUID(t, replaced); got != claim {
-		t.Errorf("%s mounts claim %s after the move, %s before: the data must move with it", replaced.Name, got, claim)
-	}
-	workload := clientBack(t, v, ns, lost, cut, 5*time.Minute)
-	time.Sleep(2 * time.Second)
-	before, later, failed := w.stop(cut)
-	t.Logf("node %s lost: taint set %s after the cut; virtual API serving %s after the cut (%s after the taint) on node %s; Deployment client Ready on a node that answers %s after the cut",
-		lost, fenced.Sub(cut).Round(time.Second), serve.Round(time.Second), time.Since(fenced).Round(time.Second), replaced.Spec.NodeName, workload.Round(time.Second))
-	t.Logf("%d writes acknowledged before the cut, %d after it, %d not acknowledged", before, later, failed)
-	if later == 0 {
-		t.Errorf("no write was acknowledged after the server moved")
-	}
-	w.check(t, v.client)
+	t.Run("the SQLite server moves with its volume once the node is declared off", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		// Not moved while the node may still write its volume.
+		var said string
+		eventually(t, 4*time.Minute, "ServersReady saying ServerNodeLost and how to declare the node off", func(ctx context.Context) (bool, error) {
+			c := &v1beta1.Cluster{}
+			if err := crc.Get(ctx, client.ObjectKey{Namespace: sq.namespace, Name: sq.name}, c); err != nil {
+				return false, err
+			}
+			for _, cond := range c.Status.Conditions {
+				if cond.Type == v1beta1.ConditionServersReady && cond.Reason == v1beta1.ReasonServerNodeLost {
+					said = cond.Message
+					return strings.Contains(cond.Message, corev1.TaintNodeOutOfService), nil
+				}
+			}
+			return false, nil
+		})
+		t.Logf("ServersReady %s after the cut: %s", time.Since(cut).Round(time.Second), said)
+		time.Sleep(3 * time.Second)
+		if p := getPod(t, sq, sqVictim.Name); p.UID != sqVictim.UID || p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 0 {
+			t.Fatalf("server pod %s was replaced or force-deleted before anything said node %s is off", sqVictim.Name, lost)
+		}
+
+		// The operator powers the machine off and says so.
+		fenced := time.Now()
+		node, err := host.CoreV1().Nodes().Get(ctx, lost, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		if _, err := host.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		replaced := waitPodReplaced(t, sq, sqVictim, 5*time.Minute)
+		serve := servingAgain(t, sq, cut, 5*time.Minute)
+		if replaced.Spec.NodeName == lost {
+			t.Fatalf("%s came back on the lost node", replaced.Name)
+		}
+		if got := serverClaimUID(t, replaced); got != sqClaim {
+			t.Errorf("%s mounts claim %s after the move, %s before: the data must move with it", replaced.Name, got, sqClaim)
+		}
+		workload := clientBack(t, sq, ns, lost, cut, 5*time.Minute)
+		time.Sleep(2 * time.Second)
+		before, later, failed := sqWriter.stop(cut)
+		t.Logf("node %s lost: taint set %s after the cut; virtual API serving %s after the cut (%s after the taint) on node %s; Deployment client Ready on a node that answers %s after the cut",
+			lost, fenced.Sub(cut).Round(time.Second), serve.Round(time.Second), time.Since(fenced).Round(time.Second), replaced.Spec.NodeName, workload.Round(time.Second))
+		t.Logf("%d writes acknowledged before the cut, %d after it, %d not acknowledged", before, later, failed)
+		if later == 0 {
+			t.Errorf("no write was acknowledged after the server moved")
+		}
+		sqWriter.check(t, sq.client)
+	})
 }
 
 // setUnschedulable cordons or uncordons node, as kubectl cordon does.

@@ -19,8 +19,8 @@
 #        E2E_SKIP_IMAGES=1 reuse the tarballs in _output/images
 #        E2E_PARALLEL=4 how many scenarios run at once (each has its own virtual cluster)
 #        E2E_NODE_LOSS=1 after the suite, two nodes join the host cluster and the node-loss
-#                    scenarios run (e2e/nodeloss_test.go); the default when `test` has no
-#                    GO_TEST_ARG; 0 never; only: those scenarios alone
+#                    scenario runs (e2e/nodeloss_test.go); the default when `test` has no
+#                    GO_TEST_ARG; 0 never; only: that scenario alone
 #        E2E_KEEP=1  leave the host cluster up after `test` (for debugging)
 #        E2E_DUMP_LINES=150 log lines per container in the dump a failed `test` prints
 #        E2E_FAIL_LINES=80 lines of each failed scenario printed after the dump (the whole go test
@@ -274,7 +274,7 @@ cmd_test() {
   : >"$TEST_LOG"
   local phase=${E2E_NODE_LOSS:-}
   if [ -z "$phase" ]; then
-    # By default the node-loss scenarios run after a whole suite, not after
+    # By default the node-loss scenario runs after a whole suite, not after
     # the scenarios a GO_TEST_ARG such as -run picked.
     phase=0
     [ $# -gt 0 ] || [ "$CLUSTER" != hostcluster ] || phase=1
@@ -286,7 +286,7 @@ cmd_test() {
     suite "$tags" "$@"
   fi
   if [ "$phase" = 1 ] || [ "$phase" = only ]; then
-    [ "$CLUSTER" = hostcluster ] || die "E2E_NODE_LOSS=$phase: the node-loss scenarios need the host cluster of hack/hostcluster"
+    [ "$CLUSTER" = hostcluster ] || die "E2E_NODE_LOSS=$phase: the node-loss scenario needs the host cluster of hack/hostcluster"
     node_loss "$tags"
   fi
   say "suite passed"
@@ -306,18 +306,23 @@ suite() {
     go test -tags "$tags" -vet=off -count=1 -v -timeout 80m -parallel "${E2E_PARALLEL:-4}" ./e2e/ "$@"
 }
 
-# node_loss runs the node-loss scenarios (e2e/nodeloss_test.go) on the same
+# node_loss runs the node-loss scenario (e2e/nodeloss_test.go) on the same
 # host cluster: two nodes added, the controller's node-loss timeout lowered
 # to 10 s (its default, 5 min, is what the rest of the suite ran with: a node
-# restart there must replace nothing), each scenario cutting one added node
+# restart there must replace nothing), the scenario cutting one added node
 # off for good.
 node_loss() {
-  say "node-loss scenarios: nodeLossTimeout 10s, nodes 2 and 3 join"
-  # First, so that the controller's new pod starts on node 1, which no
-  # scenario cuts off.
+  say "node-loss scenario: nodeLossTimeout 10s, nodes 2 and 3 join"
+  # First, so that the controller's new pod starts on node 1, which the
+  # scenario never cuts off.
   interruptible "$HELM" upgrade "$RELEASE" charts/k3k -n "$RELEASE_NS" --reuse-values --set-string nodeLossTimeout=10s --wait --timeout 3m
-  "$HC" add-node 2
-  "$HC" add-node 3
+  # Side by side: each node's own state, network namespace and containerd
+  # (most of a join is importing the images into it).
+  local two three
+  "$HC" add-node 2 & two=$!
+  "$HC" add-node 3 & three=$!
+  wait "$two" || die "add-node 2 failed"
+  wait "$three" || die "add-node 3 failed"
   E2E_KILL_NODE="$HC kill-node" suite "$1" -run '^TestNodeLoss'
 }
 

@@ -45,6 +45,14 @@ import (
 //     storage) cannot follow the pod at all: the condition says so, and the
 //     pod is left where it is.
 //
+// A server pod that no node holds can be lost too: when something other than
+// this controller deleted the pod on the lost node (Kubernetes' pod garbage
+// collector does, for a node with the out-of-service taint or a deleted
+// Node), the StatefulSet makes it again, and it waits unscheduled for a
+// volume only the lost node can mount. It is handled as the pod on the node
+// was: an etcd member is replaced (its new pod gets a new volume); a SQLite
+// or external server's condition says the volume cannot move.
+//
 // docs/etcd.md, "When a node is lost", is the operator's side of this.
 
 // ReasonServerNodeLost is ServersReady's reason while a server pod sits on a
@@ -63,6 +71,9 @@ type nodeLoss struct {
 	// fenced says why the node can no longer write (out-of-service taint,
 	// Node deleted); empty when nothing says so.
 	fenced string
+	// volume is set when the pod is on no node: it waits for this volume,
+	// which only the lost node can mount.
+	volume string
 }
 
 // lostServerPods are the pods bound to a node whose Ready condition has not
@@ -73,35 +84,104 @@ type nodeLoss struct {
 func lostServerPods(pods []corev1.Pod, nodes map[string]*corev1.Node, now time.Time, timeout time.Duration) (lost []nodeLoss, recheck time.Duration) {
 	for i := range pods {
 		p := &pods[i]
-		name := p.Spec.NodeName
-		if name == "" {
+		if p.Spec.NodeName == "" {
 			continue
 		}
-		n, ok := nodes[name]
-		if !ok {
-			lost = append(lost, nodeLoss{pod: p, node: name, fenced: fmt.Sprintf("its Node %s was deleted", name)})
-			continue
+		l, wait, ok := nodeLost(p.Spec.NodeName, nodes[p.Spec.NodeName], now, timeout)
+		recheck = sooner(recheck, wait)
+		if ok {
+			l.pod = p
+			lost = append(lost, l)
 		}
-		since, ready := notReadySince(n)
-		if ready {
-			continue
-		}
-		if wait := since.Add(timeout).Sub(now); wait > 0 {
-			if recheck == 0 || wait < recheck {
-				recheck = wait
-			}
-			continue
-		}
-		l := nodeLoss{pod: p, node: name, since: since}
-		for _, t := range n.Spec.Taints {
-			if t.Key == corev1.TaintNodeOutOfService {
-				l.fenced = fmt.Sprintf("node %s carries the taint %s", name, corev1.TaintNodeOutOfService)
-			}
-		}
-		lost = append(lost, l)
 	}
-	sort.Slice(lost, func(i, j int) bool { return lost[i].pod.Name < lost[j].pod.Name })
+	sortLoss(lost)
 	return lost, recheck
+}
+
+// nodeLost says whether the node named name is lost: n is nil (its Node is
+// gone), or its Ready condition has not been True for at least timeout.
+// wait is how long until a node not Ready for less would count (0: never).
+// Pure.
+func nodeLost(name string, n *corev1.Node, now time.Time, timeout time.Duration) (l nodeLoss, wait time.Duration, lost bool) {
+	if n == nil {
+		return nodeLoss{node: name, fenced: fmt.Sprintf("its Node %s was deleted", name)}, 0, true
+	}
+	since, ready := notReadySince(n)
+	if ready {
+		return nodeLoss{}, 0, false
+	}
+	if wait := since.Add(timeout).Sub(now); wait > 0 {
+		return nodeLoss{}, wait, false
+	}
+	l = nodeLoss{node: name, since: since}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeOutOfService {
+			l.fenced = fmt.Sprintf("node %s carries the taint %s", name, corev1.TaintNodeOutOfService)
+		}
+	}
+	return l, 0, true
+}
+
+// strandedOn says whether volume pv, which an unscheduled server pod waits
+// for, can only be mounted on lost nodes: its required node affinity
+// matches nodes, none of which counts as anything but lost (a node not Ready
+// for less than timeout makes it wait, and then wait says how long), or
+// matches no node at all while naming a hostname (that Node was deleted).
+// A volume without node affinity is not stranded. Pure.
+func strandedOn(pv *corev1.PersistentVolume, nodes []corev1.Node, now time.Time, timeout time.Duration) (l nodeLoss, wait time.Duration, stranded bool) {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return nodeLoss{}, 0, false
+	}
+	sel, err := nodeaffinity.NewNodeSelector(pv.Spec.NodeAffinity.Required)
+	if err != nil {
+		return nodeLoss{}, 0, false
+	}
+	matched := false
+	for i := range nodes {
+		if !sel.Match(&nodes[i]) {
+			continue
+		}
+		nl, w, lost := nodeLost(nodes[i].Name, &nodes[i], now, timeout)
+		if !lost {
+			return nodeLoss{}, w, false
+		}
+		if !matched {
+			l, matched = nl, true
+		}
+	}
+	if !matched {
+		host := affinityHostname(pv.Spec.NodeAffinity.Required)
+		if host == "" {
+			return nodeLoss{}, 0, false
+		}
+		l, _, _ = nodeLost(host, nil, now, timeout)
+	}
+	l.volume = pv.Name
+	return l, 0, true
+}
+
+// affinityHostname is the one hostname a local volume's node affinity names
+// (kubernetes.io/hostname In [name]), or "".
+func affinityHostname(required *corev1.NodeSelector) string {
+	for _, term := range required.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+				return e.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+func sooner(a, b time.Duration) time.Duration {
+	if a == 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+func sortLoss(lost []nodeLoss) {
+	sort.Slice(lost, func(i, j int) bool { return lost[i].pod.Name < lost[j].pod.Name })
 }
 
 // notReadySince is when n's Ready condition last left True; ready when it is
@@ -158,8 +238,63 @@ func (r *Reconciler) observeNodeLoss(ctx context.Context, c *v1beta1.Cluster, o 
 		nodes[name] = n
 	}
 	lost, recheck := lostServerPods(pods, nodes, r.now(), r.Config.NodeLossTimeout)
-	o.lostServers = &lostServers{lost, recheck}
+	stranded, wait, err := r.strandedServerPods(ctx, pods)
+	if err != nil {
+		return lostServers{}, err
+	}
+	lost = append(lost, stranded...)
+	sortLoss(lost)
+	o.lostServers = &lostServers{lost, sooner(recheck, wait)}
 	return *o.lostServers, nil
+}
+
+// strandedServerPods are the unscheduled server pods waiting for a volume
+// that only lost nodes can mount (strandedOn), and how long until a node on
+// its way to the timeout would strand one. Volumes are read uncached (the
+// controller watches none), and only those of unscheduled pods whose claims
+// are bound: while a cluster is healthy, none.
+func (r *Reconciler) strandedServerPods(ctx context.Context, pods []corev1.Pod) (stranded []nodeLoss, recheck time.Duration, err error) {
+	var nodes *corev1.NodeList
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName != "" || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			pvc := &corev1.PersistentVolumeClaim{}
+			err := r.Client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
+			if apierrors.IsNotFound(err) || (err == nil && pvc.Spec.VolumeName == "") {
+				continue
+			}
+			if err != nil {
+				return nil, 0, fmt.Errorf("getting volume claim %s of unscheduled server pod %s: %w", v.PersistentVolumeClaim.ClaimName, p.Name, err)
+			}
+			pv := &corev1.PersistentVolume{}
+			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, 0, fmt.Errorf("getting volume %s of unscheduled server pod %s: %w", pvc.Spec.VolumeName, p.Name, err)
+			}
+			if nodes == nil {
+				nodes = &corev1.NodeList{}
+				if err := r.Client.List(ctx, nodes); err != nil {
+					return nil, 0, fmt.Errorf("listing nodes (where volume %s can be mounted): %w", pv.Name, err)
+				}
+			}
+			l, wait, ok := strandedOn(pv, nodes.Items, r.now(), r.Config.NodeLossTimeout)
+			recheck = sooner(recheck, wait)
+			if ok {
+				l.pod = p
+				stranded = append(stranded, l)
+				break
+			}
+		}
+	}
+	return stranded, recheck, nil
 }
 
 // lostEtcdMembers adds to lost (pod name → member ID) the started member of
@@ -210,9 +345,13 @@ func (r *Reconciler) reconcileNodeLoss(ctx context.Context, c *v1beta1.Cluster, 
 // replaceServerOnLostNode does what may be done now for server pod l.pod and
 // says what that is, or what waits for whom.
 func (r *Reconciler) replaceServerOnLostNode(ctx context.Context, c *v1beta1.Cluster, o *observation, l nodeLoss) (string, error) {
-	where := fmt.Sprintf("pod %s is on node %s, which is gone (%s)", l.pod.Name, l.node, l.fenced)
+	on := "is on node " + l.node
+	if l.volume != "" {
+		on = fmt.Sprintf("waits unscheduled for volume %s, which only node %s can mount", l.volume, l.node)
+	}
+	where := fmt.Sprintf("pod %s %s, which is gone (%s)", l.pod.Name, on, l.fenced)
 	if !l.since.IsZero() {
-		where = fmt.Sprintf("pod %s is on node %s, not Ready since %s (node-loss timeout %s)", l.pod.Name, l.node, l.since.UTC().Format(time.RFC3339), r.Config.NodeLossTimeout)
+		where = fmt.Sprintf("pod %s %s, not Ready since %s (node-loss timeout %s)", l.pod.Name, on, l.since.UTC().Format(time.RFC3339), r.Config.NodeLossTimeout)
 	}
 	if o.settings.Datastore == v1beta1.EtcdDatastore {
 		return r.replaceEtcdMemberOnLostNode(ctx, c, o, l, where)
@@ -236,8 +375,12 @@ func (r *Reconciler) replaceServerOnLostNode(ctx context.Context, c *v1beta1.Clu
 			where, corev1.TaintNodeOutOfService, next), nil
 	}
 	msg := fmt.Sprintf("%s; %s, so the pod was deleted and %s", where, l.fenced, next)
-	if err := r.forceDeletePod(ctx, c, l.pod, msg); err != nil {
+	deleted, err := r.forceDeletePod(ctx, l.pod)
+	if err != nil {
 		return "", err
+	}
+	if deleted {
+		r.event(c, corev1.EventTypeWarning, ReasonServerNodeLost, "DeleteServerPod", msg)
 	}
 	return msg, nil
 }
@@ -261,14 +404,21 @@ func (r *Reconciler) replaceEtcdMemberOnLostNode(ctx context.Context, c *v1beta1
 		}
 		return fmt.Sprintf("%s; removing its etcd member %s first (EtcdMembership says how that goes)", where, etcd.FormatID(m.ID)), nil
 	}
-	claims, err := r.deleteServerClaims(ctx, c, l.pod)
+	claims, claimsDeleted, err := r.deleteServerClaims(ctx, c, l.pod)
 	if err != nil {
 		return "", err
 	}
 	msg := fmt.Sprintf("%s; its etcd member was removed, so the pod and its volume %s are deleted: the pod starts on another node with a new volume and joins as a new member",
 		where, strings.Join(claims, ", "))
-	if err := r.forceDeletePod(ctx, c, l.pod, msg); err != nil {
+	podDeleted, err := r.forceDeletePod(ctx, l.pod)
+	if err != nil {
 		return "", err
+	}
+	// The Event also when only the claims were this controller's to
+	// delete: the pod garbage collector deletes pods on a node declared off
+	// by itself, and the finalizer then holds the pod for the member.
+	if podDeleted || claimsDeleted {
+		r.event(c, corev1.EventTypeWarning, ReasonServerNodeLost, "DeleteServerPod", msg)
 	}
 	return msg, nil
 }
@@ -342,11 +492,11 @@ func mountableElsewhere(required *corev1.NodeSelector, nodes []corev1.Node, lost
 }
 
 // deleteServerClaims deletes the Cluster's volume claims that pod mounts and
-// returns their names. They go once the pod is gone (the claim protection
+// returns their names, and whether it deleted one now (the others were being
+// deleted already). They go once the pod is gone (the claim protection
 // finalizer holds them until then), and the StatefulSet makes new ones for
 // the pod it creates next (it waits while a claim is still being deleted).
-func (r *Reconciler) deleteServerClaims(ctx context.Context, c *v1beta1.Cluster, pod *corev1.Pod) ([]string, error) {
-	var names []string
+func (r *Reconciler) deleteServerClaims(ctx context.Context, c *v1beta1.Cluster, pod *corev1.Pod) (names []string, deleted bool, err error) {
 	for _, v := range pod.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue
@@ -357,7 +507,7 @@ func (r *Reconciler) deleteServerClaims(ctx context.Context, c *v1beta1.Cluster,
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("getting volume claim %s: %w", v.PersistentVolumeClaim.ClaimName, err)
+			return nil, false, fmt.Errorf("getting volume claim %s: %w", v.PersistentVolumeClaim.ClaimName, err)
 		}
 		if pvc.Labels[v1beta1.LabelCluster] != c.Name || pvc.Labels[v1beta1.LabelManagedBy] != v1beta1.ManagedByValue {
 			continue
@@ -367,30 +517,30 @@ func (r *Reconciler) deleteServerClaims(ctx context.Context, c *v1beta1.Cluster,
 			continue
 		}
 		if err := r.Client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("deleting volume claim %s of server pod %s on a lost node: %w", pvc.Name, pod.Name, err)
+			return nil, false, fmt.Errorf("deleting volume claim %s of server pod %s on a lost node: %w", pvc.Name, pod.Name, err)
 		}
+		deleted = true
 	}
-	return names, nil
+	return names, deleted, nil
 }
 
 // forceDeletePod deletes pod without waiting for its kubelet (grace period
-// 0), as `kubectl delete --force` does, and records why as an Event. The
-// UID precondition keeps it from deleting the pod the StatefulSet made in
-// its place meanwhile.
-func (r *Reconciler) forceDeletePod(ctx context.Context, c *v1beta1.Cluster, pod *corev1.Pod, why string) error {
+// 0), as `kubectl delete --force` does, and says whether it did (false: it
+// was so deleted already, or is gone). The UID precondition keeps it from
+// deleting the pod the StatefulSet made in its place meanwhile.
+func (r *Reconciler) forceDeletePod(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if !pod.DeletionTimestamp.IsZero() && ptr.Deref(pod.DeletionGracePeriodSeconds, -1) == 0 {
-		return nil // done already; an etcd pod waits for its finalizer
+		return false, nil // done already; an etcd pod waits for its finalizer
 	}
 	err := r.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("deleting server pod %s on a lost node: %w", pod.Name, err)
+		return false, fmt.Errorf("deleting server pod %s on a lost node: %w", pod.Name, err)
 	}
 	log.FromContext(ctx).Info("deleted a server pod on a lost node", "pod", pod.Name, "node", pod.Spec.NodeName)
-	r.event(c, corev1.EventTypeWarning, ReasonServerNodeLost, "DeleteServerPod", why)
-	return nil
+	return true, nil
 }
 
 // CheckNodeLossAccess says, before the manager starts, whether the

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/datastore/etcd"
@@ -119,6 +120,57 @@ func TestMountableElsewhereFollowsTheVolumesNodeAffinity(t *testing.T) {
 	} {
 		if got := mountableElsewhere(tc.required, nodes, tc.lost); got != tc.want {
 			t.Errorf("%s: mountable elsewhere %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestStrandedOnNeedsEveryNodeTheVolumeCanUseLost(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	zoned := func(n *corev1.Node, zone string) corev1.Node {
+		n.Labels[corev1.LabelTopologyZone] = zone
+		return *n
+	}
+	nodes := []corev1.Node{
+		zoned(readyNode("lost", false, now.Add(-10*time.Minute)), "z1"),
+		zoned(readyNode("off", false, now.Add(-10*time.Minute), outOfServiceTaint), "z1"),
+		zoned(readyNode("blip", false, now.Add(-20*time.Second)), "z2"),
+		zoned(readyNode("ready", true, now.Add(-time.Hour)), "z3"),
+	}
+	volume := func(key string, values ...string) *corev1.PersistentVolume {
+		pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}}
+		if key != "" {
+			pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}},
+			}}}}
+		}
+		return pv
+	}
+	for _, tc := range []struct {
+		name    string
+		pv      *corev1.PersistentVolume
+		want    string // node@fenced, "" when not stranded
+		recheck time.Duration
+	}{
+		{"local volume of a lost node", volume(corev1.LabelHostname, "lost"), "lost@no", 0},
+		{"local volume of a node declared off", volume(corev1.LabelHostname, "off"), "off@yes", 0},
+		{"local volume of a deleted Node", volume(corev1.LabelHostname, "gone"), "gone@yes", 0},
+		{"zone whose every node is lost", volume(corev1.LabelTopologyZone, "z1"), "lost@no", 0},
+		{"local volume of a node not Ready for less than the timeout", volume(corev1.LabelHostname, "blip"), "", 40 * time.Second},
+		{"local volume of a Ready node", volume(corev1.LabelHostname, "ready"), "", 0},
+		{"zone with a Ready node", volume(corev1.LabelTopologyZone, "z1", "z3"), "", 0},
+		{"zone of no node, named by no hostname", volume(corev1.LabelTopologyZone, "z9"), "", 0},
+		{"volume without node affinity (a network volume)", volume(""), "", 0},
+	} {
+		l, wait, ok := strandedOn(tc.pv, nodes, now, time.Minute)
+		got := ""
+		if ok {
+			got = l.node + "@" + map[bool]string{true: "yes", false: "no"}[l.fenced != ""]
+			if l.volume != "pv" {
+				t.Errorf("%s: volume %q, want pv", tc.name, l.volume)
+			}
+		}
+		if got != tc.want || wait != tc.recheck {
+			t.Errorf("%s: stranded on %q, recheck %s; want %q, %s", tc.name, got, wait, tc.want, tc.recheck)
 		}
 	}
 }
@@ -299,15 +351,21 @@ func TestNodeLossHandlingOffLeavesServerPodsAlone(t *testing.T) {
 	}
 }
 
-// TestEtcdMemberOnALostNodeIsReplaced runs three real members, the third
-// one's pod on a node that has not been Ready for longer than the timeout.
-// While that member answers it stays. Once it stops (the node is gone), the
-// controller removes it (the other two keep quorum), then deletes its
-// volume claim and its pod; a new pod with an empty volume joins as a new
-// member and three healthy voters are back. The member etcd.Plan adds for
-// the replacement while the old pod is still there must not hold the
-// deletion (seen on three real nodes: it did, for ever).
-func TestEtcdMemberOnALostNodeIsReplaced(t *testing.T) {
+// lostEtcdNode is a three-member etcd Cluster whose pods 0 and 1 are on
+// node live and pod 2, with its claim, on node lost (both Ready), with real
+// members answering.
+type lostEtcdNode struct {
+	r          *Reconciler
+	c          *v1beta1.Cluster
+	pm         *podMembers
+	live, lost *corev1.Node
+	claim      *corev1.PersistentVolumeClaim
+	old        *corev1.Pod
+	lostID     string
+}
+
+func newLostEtcdNode(t *testing.T) *lostEtcdNode {
+	t.Helper()
 	ctx := context.Background()
 	dns := startPodDNS(t)
 	r, _ := newReconciler(t)
@@ -323,82 +381,163 @@ func TestEtcdMemberOnALostNodeIsReplaced(t *testing.T) {
 	<-pm.running[0].ReadyNotify()
 	// What the StatefulSet controller and the scheduler would make: pods 0
 	// and 1 on the live node, pod 2 with its claim on the lost one.
-	serverPod := func(i int, node string, claim string) *corev1.Pod {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: layout.ServerPodName(c, i), Labels: serverLabels(c)},
-			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}}},
-		}
-		if claim != "" {
-			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
-		}
-		if err := k8s.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	serverPod(0, live.Name, "")
-	serverPod(1, live.Name, "")
-	claim := &corev1.PersistentVolumeClaim{
+	e := &lostEtcdNode{r: r, c: c, pm: pm, live: live, lost: lost}
+	e.serverPod(t, 0, live.Name, "")
+	e.serverPod(t, 1, live.Name, "")
+	e.claim = &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-" + layout.ServerPodName(c, 2), Labels: serverLabels(c)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}},
 		},
 	}
-	if err := k8s.Create(ctx, claim); err != nil {
+	if err := k8s.Create(ctx, e.claim); err != nil {
 		t.Fatal(err)
 	}
-	old := serverPod(2, lost.Name, claim.Name)
+	e.old = e.serverPod(t, 2, lost.Name, e.claim.Name)
 	reconcileUntil(t, r, c, pm, "three healthy voters", healthyVoters(3))
-	lostID := etcd.FormatID(pm.running[2].ID())
+	e.lostID = etcd.FormatID(pm.running[2].ID())
+	return e
+}
 
-	// The node stops reporting (ten minutes ago, past the timeout), but its
-	// member still answers: the node's kubelet may be what failed.
-	lost.Status = readyNode(lost.Name, false, time.Now().Add(-10*time.Minute)).Status
-	if err := k8s.Status().Update(ctx, lost); err != nil {
+// serverPod creates server pod i on node (none: unscheduled), mounting claim
+// when it is set.
+func (e *lostEtcdNode) serverPod(t *testing.T, i int, node string, claim string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.c.Namespace, Name: layout.ServerPodName(e.c, i), Labels: serverLabels(e.c)},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "k3s", Image: "k3s"}}},
+	}
+	if claim != "" {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+	}
+	if err := k8s.Create(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	reconcileOnce(t, r, c)
-	if state := podState(t, c, old.Name); state != "live+finalizer" {
-		t.Fatalf("pod 2 is %s while its member answers, want live+finalizer", state)
-	}
-	if cond := condition(t, c, v1beta1.ConditionServersReady); !strings.Contains(cond.Message, "still answers: it stays") {
-		t.Errorf("ServersReady %s %q: want it to say the member stays", cond.Reason, cond.Message)
-	}
+	return p
+}
 
-	// The node is gone with the member.
-	pm.stop(2)
-	reconcileUntil(t, r, c, nil, "pod 2 deleted and its claim with it", func(c *v1beta1.Cluster) bool {
+// loseNode marks the lost node not Ready since ten minutes ago (past the
+// timeout).
+func (e *lostEtcdNode) loseNode(t *testing.T) {
+	t.Helper()
+	e.lost.Status = readyNode(e.lost.Name, false, time.Now().Add(-10*time.Minute)).Status
+	if err := k8s.Status().Update(context.Background(), e.lost); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replacedOnLiveNode waits until pod (the lost node's pod 2, or what took
+// its place) and the claim are deleted and the lost member removed, then
+// makes the StatefulSet's new pod 2 on the live node with a new volume and
+// waits for three healthy members, pod 2's a new one.
+func (e *lostEtcdNode) replacedOnLiveNode(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	c := e.c
+	reconcileUntil(t, e.r, c, nil, "pod 2 deleted and its claim with it", func(c *v1beta1.Cluster) bool {
 		p := &corev1.Pod{}
-		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: old.Name}, p)
-		if err == nil && p.UID == old.UID {
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: pod.Name}, p)
+		if err == nil && p.UID == pod.UID {
 			return false
 		}
 		pvc := &corev1.PersistentVolumeClaim{}
-		err = k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: claim.Name}, pvc)
+		err = k8s.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: e.claim.Name}, pvc)
 		// envtest runs no protection controller: the claim keeps its
 		// finalizer, marked for deletion.
 		return apierrors.IsNotFound(err) || (err == nil && pvc.DeletionTimestamp != nil)
 	})
 	for _, m := range c.Status.Datastore.Members {
-		if m.ID == lostID {
-			t.Errorf("the lost member %s is still listed: %+v", lostID, c.Status.Datastore.Members)
+		if m.ID == e.lostID {
+			t.Errorf("the lost member %s is still listed: %+v", e.lostID, c.Status.Datastore.Members)
 		}
 	}
 	if q := c.Status.Datastore.Quorum; q == nil || q.Voters != 2 || q.HealthyVoters != 2 {
 		t.Errorf("quorum %+v after the removal, want two healthy voters", q)
 	}
-
-	// The StatefulSet's new pod 2, on the live node with a new volume.
-	if err := os.RemoveAll(pm.data[2]); err != nil {
+	if err := os.RemoveAll(e.pm.data[2]); err != nil {
 		t.Fatal(err)
 	}
-	delete(pm.data, 2)
-	serverPod(2, live.Name, "")
-	reconcileUntil(t, r, c, pm, "three healthy voters again", healthyVoters(3))
+	delete(e.pm.data, 2)
+	e.serverPod(t, 2, e.live.Name, "")
+	reconcileUntil(t, e.r, c, e.pm, "three healthy voters again", healthyVoters(3))
 	for _, m := range c.Status.Datastore.Members {
-		if m.Name == layout.ServerPodName(c, 2) && m.ID == lostID {
-			t.Errorf("pod 2's member is still %s: want a new member", lostID)
+		if m.Name == layout.ServerPodName(c, 2) && m.ID == e.lostID {
+			t.Errorf("pod 2's member is still %s: want a new member", e.lostID)
 		}
 	}
+}
+
+// TestEtcdMemberOnALostNodeIsReplaced: the member of a pod on a node lost
+// for longer than the timeout is removed once it no longer answers, then
+// its claim and pod are deleted, and the pod made again elsewhere joins as a
+// new member.
+func TestEtcdMemberOnALostNodeIsReplaced(t *testing.T) {
+	e := newLostEtcdNode(t)
+	// The node stops reporting, but its member still answers: the node's
+	// kubelet may be what failed.
+	e.loseNode(t)
+	reconcileOnce(t, e.r, e.c)
+	if state := podState(t, e.c, e.old.Name); state != "live+finalizer" {
+		t.Fatalf("pod 2 is %s while its member answers, want live+finalizer", state)
+	}
+	if cond := condition(t, e.c, v1beta1.ConditionServersReady); !strings.Contains(cond.Message, "still answers: it stays") {
+		t.Errorf("ServersReady %s %q: want it to say the member stays", cond.Reason, cond.Message)
+	}
+	// The node is gone with the member.
+	e.pm.stop(2)
+	e.replacedOnLiveNode(t, e.old)
+}
+
+// TestEtcdMemberWaitingForAVolumeOfALostNodeIsReplaced: something else
+// removed pod 2 from the lost node (Kubernetes' pod garbage collector does
+// once the node carries the out-of-service taint), and the StatefulSet made
+// it again with the same claim, whose volume only the lost node can mount:
+// the pod waits unscheduled for ever. The controller replaces the member as
+// it does for a pod on the node.
+func TestEtcdMemberWaitingForAVolumeOfALostNodeIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	e := newLostEtcdNode(t)
+	e.pm.stop(2)
+	e.loseNode(t)
+	// The local volume the claim is bound to.
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: e.c.Namespace + "-pv"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/volumes/pv"}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{e.lost.Name}}},
+			}}}},
+		},
+	}
+	if err := k8s.Create(ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pv) })
+	e.claim.Spec.VolumeName = pv.Name
+	if err := k8s.Update(ctx, e.claim); err != nil {
+		t.Fatal(err)
+	}
+	// The pod garbage collector's force deletion, then the StatefulSet's
+	// new pod with the same claim, which no scheduler places.
+	old := &corev1.Pod{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.c.Namespace, Name: e.old.Name}, old); err != nil {
+		t.Fatal(err)
+	}
+	old.Finalizers = nil
+	if err := k8s.Update(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, old, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	waiting := e.serverPod(t, 2, "", e.claim.Name)
+	reconcileOnce(t, e.r, e.c)
+	if cond := condition(t, e.c, v1beta1.ConditionServersReady); cond.Reason != v1beta1.ReasonServerNodeLost || !strings.Contains(cond.Message, "waits unscheduled for volume "+pv.Name) {
+		t.Errorf("ServersReady %s %q: want %s saying the pod waits for a volume of the lost node", cond.Reason, cond.Message, v1beta1.ReasonServerNodeLost)
+	}
+	e.replacedOnLiveNode(t, waiting)
 }
