@@ -69,8 +69,8 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 				return usageErr("choose one", "--output-kubeconfig and --merge both say where the kubeconfig goes")
 			}
 			if f.server != "" {
-				if u, err := url.Parse(f.server); err != nil || u.Scheme != "https" || u.Host == "" {
-					return usageErr("e.g. --server https://127.0.0.1:6443", "--server %q is not an https URL", f.server)
+				if err := checkServerURL(f.server); err != nil {
+					return err
 				}
 			}
 			s, err := g.connect()
@@ -82,17 +82,10 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 				return err
 			}
 			rc, err := fetchKubeconfig(cmd.Context(), s, c, f.server)
-			if errors.Is(err, errNotYet) {
-				return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s has no usable kubeconfig yet", c.Namespace, c.Name), Err: err,
-					Hint: fmt.Sprintf("it is still starting (phase %q); wait for it with k3kcli cluster list -n %s", c.Status.Phase, c.Namespace)}
-			}
 			if err != nil {
-				return err
+				return noKubeconfigYet(c, err)
 			}
-			if f.output == "" && !f.wanted() && rc.access.note != "" {
-				// stdout is the kubeconfig; the note goes beside it.
-				fmt.Fprintf(o.Err, "note: %s\n", rc.access.note)
-			}
+			noteBeside(o, &f.mergeFlags, f.output, rc)
 			return handOut(o, s.paths, &f.mergeFlags, f.output, rc)
 		},
 	}
@@ -100,6 +93,33 @@ func newKubeconfigGetCommand(o Options, g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&f.output, "output-kubeconfig", "", "write the kubeconfig to this file (mode 0600) instead of printing it")
 	cmd.Flags().StringVar(&f.server, "server", "", "server URL to put in the kubeconfig instead of the one k3kcli works out")
 	return cmd
+}
+
+// checkServerURL refuses a --server that is not an https URL.
+func checkServerURL(server string) error {
+	if u, err := url.Parse(server); err != nil || u.Scheme != "https" || u.Host == "" {
+		return usageErr("e.g. --server https://127.0.0.1:6443", "--server %q is not an https URL", server)
+	}
+	return nil
+}
+
+// noKubeconfigYet words fetchKubeconfig's errNotYet for a starting cluster;
+// other errors pass unchanged.
+func noKubeconfigYet(c *v1beta1.Cluster, err error) error {
+	if !errors.Is(err, errNotYet) {
+		return err
+	}
+	return &Error{Code: ExitError, Msg: fmt.Sprintf("cluster %s/%s has no usable kubeconfig yet", c.Namespace, c.Name), Err: err,
+		Hint: fmt.Sprintf("it is still starting (phase %q); wait for it with k3kcli cluster list -n %s", c.Status.Phase, c.Namespace)}
+}
+
+// noteBeside prints what the user must know about the kubeconfig's address
+// on stderr when the kubeconfig itself goes to stdout (written or merged,
+// handOut says it).
+func noteBeside(o Options, m *mergeFlags, output string, rc *readyCluster) {
+	if output == "" && !m.wanted() && rc.access.note != "" {
+		fmt.Fprintf(o.Err, "note: %s\n", rc.access.note)
+	}
 }
 
 // fetchKubeconfig reads the cluster's published kubeconfig and rewrites it for

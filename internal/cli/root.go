@@ -149,6 +149,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	kubeconfig.AddCommand(newKubeconfigGetCommand(o, g))
+	kubeconfig.AddCommand(newKubeconfigGenerateCommand(o, g))
 	root.AddCommand(cluster, kubeconfig, newVersionCommand(o, g))
 	addCompletions(root, g)
 	return root
