@@ -54,23 +54,30 @@ func signingCluster(t *testing.T, signerArgs ...string) *testenv.APIServer {
 	return api
 }
 
-func TestKubeconfigGenerate(t *testing.T) {
-	t.Parallel() // beside the expiry test's wait
-	ctx := context.Background()
-	api := signingCluster(t)
+// signingClusterNamed is a Cluster name in a namespace of its own, whose
+// published admin kubeconfig is a signingCluster's.
+func signingClusterNamed(t *testing.T, name string, signerArgs ...string) (*testenv.APIServer, string) {
+	t.Helper()
+	api := signingCluster(t, signerArgs...)
 	ns := newNamespace(t)
-	if r := k3kcli(t, "cluster", "create", "team", "-n", ns, "--wait=false"); r.code != ExitOK {
+	if r := k3kcli(t, "cluster", "create", name, "-n", ns, "--wait=false"); r.code != ExitOK {
 		t.Fatal("create failed")
 	}
-	// The published admin kubeconfig is the signing cluster's.
 	admin, err := api.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "k3k-team-kubeconfig", Namespace: ns},
+	if err := k8s.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "k3k-" + name + "-kubeconfig", Namespace: ns},
 		Data: map[string][]byte{layout.SecretKeyKubeconfig: admin}}); err != nil {
 		t.Fatal(err)
 	}
+	return api, ns
+}
+
+func TestKubeconfigGenerate(t *testing.T) {
+	t.Parallel() // beside the expiry test's wait
+	ctx := context.Background()
+	api, ns := signingClusterNamed(t, "team")
 	virtualAdmin, err := kubernetes.NewForConfig(api.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -223,19 +230,7 @@ func TestKubeconfigGenerate(t *testing.T) {
 func TestKubeconfigGenerateIsRefusedOnceExpired(t *testing.T) {
 	t.Parallel() // it waits for the certificate to expire
 	ctx := context.Background()
-	api := signingCluster(t, "--cluster-signing-duration=20s")
-	ns := newNamespace(t)
-	if r := k3kcli(t, "cluster", "create", "brief", "-n", ns, "--wait=false"); r.code != ExitOK {
-		t.Fatal("create failed")
-	}
-	admin, err := api.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "k3k-brief-kubeconfig", Namespace: ns},
-		Data: map[string][]byte{layout.SecretKeyKubeconfig: admin}}); err != nil {
-		t.Fatal(err)
-	}
+	api, ns := signingClusterNamed(t, "brief", "--cluster-signing-duration=20s")
 	r := k3kcli(t, "kubeconfig", "generate", "brief", "-n", ns, "--user", "bob", "--expires", "10m", "--server", api.URL)
 	if r.code != ExitOK {
 		t.Fatalf("exit %d: %s", r.code, r.errOut)
