@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/layout"
 )
 
 // A user kubeconfig is a client certificate of the virtual cluster, signed by
@@ -197,7 +198,13 @@ func runGenerate(ctx context.Context, o Options, s *session, f *generateFlags, n
 		fmt.Fprintf(o.Err, "note: the cluster's signer capped the lifetime: --expires asked until %s\n", want.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(o.Err, "it may do what RBAC in the cluster grants it; nothing until a binding names %s\n", bindingSubjects(f.user, f.groups))
-	urc := &readyCluster{cluster: c, kubeconfig: out, creds: user, context: ctxName, access: rc.access}
+	access := rc.access
+	if access.inClusterOnly {
+		// cluster connect would hand out the admin's kubeconfig, not this one.
+		access.note = fmt.Sprintf("the cluster is not exposed, so %s works only inside the host cluster; to use the kubeconfig from elsewhere, expose the cluster, or forward a port (kubectl -n %s port-forward svc/%s 16443:%d) and generate it with --server https://127.0.0.1:16443",
+			access.server, c.Namespace, layout.NamesFor(c).Service, layout.ServicePort)
+	}
+	urc := &readyCluster{cluster: c, kubeconfig: out, creds: user, context: ctxName, access: access}
 	noteBeside(o, &f.mergeFlags, f.output, urc)
 	return handOut(o, s.paths, &f.mergeFlags, f.output, urc)
 }
