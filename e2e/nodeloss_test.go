@@ -115,15 +115,20 @@ func servingAgain(t *testing.T, v *vcluster, cut time.Time, timeout time.Duratio
 	return time.Since(cut)
 }
 
-// clusterEvent reports whether the Cluster has an Event with reason.
-func clusterEvent(ctx context.Context, v *vcluster, reason string) (string, bool) {
+// clusterEvents are the messages of the Cluster's Events with reason, in
+// the order the host lists them.
+func clusterEvents(ctx context.Context, v *vcluster, reason string) []string {
 	list, err := host.CoreV1().Events(v.namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", v.name), fields.OneTermEqualSelector("reason", reason)).String(),
 	})
-	if err != nil || len(list.Items) == 0 {
-		return "", false
+	if err != nil {
+		return nil
 	}
-	return list.Items[0].Message, true
+	var msgs []string
+	for _, e := range list.Items {
+		msgs = append(msgs, e.Message)
+	}
+	return msgs
 }
 
 // serverClaimUID is the UID of the volume claim pod mounts (its server data).
@@ -243,9 +248,13 @@ func TestNodeLoss(t *testing.T) {
 		if got := serverClaimUID(t, getPod(t, et, victim.Name)); got == etClaim {
 			t.Errorf("%s mounts the same volume claim (%s) as on the lost node: want a new one", victim.Name, got)
 		}
-		if msg, ok := clusterEvent(context.Background(), et, v1beta1.ReasonServerNodeLost); !ok {
+		// Which way it went (the controller's deletion first, or the pod
+		// garbage collector's after the taint) shows in the messages.
+		msgs := clusterEvents(context.Background(), et, v1beta1.ReasonServerNodeLost)
+		if len(msgs) == 0 {
 			t.Errorf("no %s Event on the Cluster", v1beta1.ReasonServerNodeLost)
-		} else {
+		}
+		for _, msg := range msgs {
 			t.Logf("Event %s: %s", v1beta1.ReasonServerNodeLost, msg)
 		}
 		workload := clientBack(t, et, ns, lost, cut, 6*time.Minute)

@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/cert"
 )
 
@@ -34,13 +35,20 @@ func TestUserKubeconfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "carol.yaml")
 	out := k3kcli(t, "kubeconfig", "generate", v.name, "-n", v.namespace, "--user", "carol", "--group", "e2e-devs",
 		"--expires", "1h", "--output-kubeconfig", path)
-	if !strings.Contains(out, `certificate for user "carol" in groups e2e-devs, valid until`) {
-		t.Errorf("k3kcli did not say whom the certificate names and until when:\n%s", out)
+	for _, want := range []string{`certificate for user "carol" in groups e2e-devs, valid until`, "nothing yet, no binding names the user carol or the group e2e-devs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("k3kcli did not say %q:\n%s", want, out)
+		}
 	}
-	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
-		t.Fatalf("kubeconfig file: %v, mode %v; want mode 0600", err, info.Mode().Perm())
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	carol, err := newVirtualClient(path)
+	if info.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig file mode %v, want 0600", info.Mode().Perm())
+	}
+	var carol kubernetes.Interface
+	carol, err = newVirtualClient(path)
 	if err != nil {
 		t.Fatal(err)
 	}

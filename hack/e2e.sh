@@ -321,8 +321,10 @@ node_loss() {
   local two three
   "$HC" add-node 2 & two=$!
   "$HC" add-node 3 & three=$!
-  wait "$two" || die "add-node 2 failed"
-  wait "$three" || die "add-node 3 failed"
+  local rc2=0 rc3=0
+  wait "$two" || rc2=$?
+  wait "$three" || rc3=$?
+  [ "$rc2" = 0 ] && [ "$rc3" = 0 ] || die "add-node failed: node 2 exit $rc2, node 3 exit $rc3"
   E2E_KILL_NODE="$HC kill-node" suite "$1" -run '^TestNodeLoss'
 }
 

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/cert"
@@ -63,15 +66,16 @@ func newKubeconfigGenerateCommand(o Options, g *globalFlags) *cobra.Command {
 for --expires, signed by the virtual cluster's own client CA through a
 CertificateSigningRequest (k3kcli approves it with the cluster's admin credentials;
 the private key is made here and never sent). The user can do only what RBAC in the
-virtual cluster grants the user or its groups: nothing until a RoleBinding or
-ClusterRoleBinding names them. Printed, written with mode 0600 by
---output-kubeconfig, or merged with --merge, under the context
-k3k-NAMESPACE-NAME-USER.
+virtual cluster grants the user or its groups; k3kcli lists the bindings that
+already name them. Printed, written with mode 0600 by --output-kubeconfig, or merged
+with --merge, under the context USER@k3k-NAMESPACE-NAME.
 
 A client certificate cannot be revoked before it expires: keep --expires short, and
 grant rights to a group, whose bindings can be deleted. Names that begin with
-"system:" belong to Kubernetes itself and are refused (the group system:masters
-would bypass RBAC, with no way to take it back).`,
+"system:" belong to Kubernetes itself, and kube-apiserver and names that begin with
+"k3s-" to k3s's own components: they are refused (the group system:masters would
+bypass RBAC, the user kube-apiserver may exec into every pod, with no way to take
+either back).`,
 		Example: `  k3kcli kubeconfig generate dev -n tenants --user alice --group developers --expires 72h --output-kubeconfig alice.yaml
   kubectl --kubeconfig alice.yaml auth whoami
   # as the cluster's admin: what the group may do
@@ -124,16 +128,21 @@ func (f *generateFlags) validate() error {
 	return nil
 }
 
-// checkSubjectName refuses a name Kubernetes reserves for its own
-// components (system:masters bypasses authorization altogether, others
-// impersonate nodes, controllers or service accounts) and one that is empty.
+// checkSubjectName refuses an empty name and one that Kubernetes or k3s
+// reserve for their own components: system:masters bypasses authorization
+// altogether, other system: names stand for nodes, controllers or service
+// accounts, and k3s binds its kube-apiserver identity (the kubelet client)
+// to system:kubelet-api-admin and names its components k3s-….
 func checkSubjectName(flag, name string) error {
+	hint := "for an administrator, bind the user or a group to the cluster-admin ClusterRole: a binding can be deleted, a certificate's name cannot be taken back"
+	lower := strings.ToLower(name)
 	switch {
 	case strings.TrimSpace(name) == "":
 		return usageErr("give a name", "%s is empty", flag)
-	case strings.HasPrefix(strings.ToLower(name), "system:"):
-		return usageErr("for an administrator, bind the user or a group to the cluster-admin ClusterRole: a binding can be deleted, a certificate's name cannot be taken back",
-			"%s %q is refused: names beginning with system: are Kubernetes' own", flag, name)
+	case strings.HasPrefix(lower, "system:"):
+		return usageErr(hint, "%s %q is refused: names beginning with system: are Kubernetes' own", flag, name)
+	case lower == "kube-apiserver" || strings.HasPrefix(lower, "k3s-"):
+		return usageErr(hint, "%s %q is refused: k3s's own components go by kube-apiserver and names beginning with k3s-", flag, name)
 	}
 	return nil
 }
@@ -182,22 +191,32 @@ func runGenerate(ctx context.Context, o Options, s *session, f *generateFlags, n
 		return &Error{Code: ExitError, Msg: fmt.Sprintf("getting a certificate for %s from cluster %s/%s", f.user, c.Namespace, c.Name), Err: err,
 			Hint: "k3kcli asks the virtual API server with the cluster's admin kubeconfig; check that the cluster is Ready (k3kcli cluster list)"}
 	}
-	issued, err := checkIssued(certPEM, subject)
+	want := time.Now().Add(f.expires)
+	leeway := min(signerLeeway, f.expires/10)
+	issued, err := checkIssued(certPEM, keyPEM, subject, want, leeway)
 	if err != nil {
-		return &Error{Code: ExitError, Msg: fmt.Sprintf("the certificate cluster %s/%s signed for %s", c.Namespace, c.Name, f.user), Err: err}
+		return &Error{Code: ExitError, Msg: fmt.Sprintf("the certificate cluster %s/%s signed for %s", c.Namespace, c.Name, f.user), Err: err,
+			Hint: "nothing was written; a certificate that is not the one asked for is not handed out"}
+	}
+	bound, err := bindingsNaming(ctx, virtual, f.user, f.groups)
+	if err != nil {
+		return apiErr(err, "listing the virtual cluster's role bindings")
 	}
 	user := userKubeconfig(rc.creds, certPEM, keyPEM)
-	ctxName := contextName(c) + "-" + f.user
+	ctxName := f.user + "@" + contextName(c)
 	out, err := user.MarshalAs(ctxName)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Err, "certificate for user %q%s, valid until %s\n", f.user, groupsNote(f.groups), issued.NotAfter.UTC().Format(time.RFC3339))
-	// A minute's leeway: the certificate was signed a moment ago.
-	if want := time.Now().Add(f.expires); issued.NotAfter.Before(want.Add(-time.Minute)) {
+	if issued.NotAfter.Before(want.Add(-leeway)) {
 		fmt.Fprintf(o.Err, "note: the cluster's signer capped the lifetime: --expires asked until %s\n", want.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(o.Err, "it may do what RBAC in the cluster grants it; nothing until a binding names %s\n", bindingSubjects(f.user, f.groups))
+	if len(bound) == 0 {
+		fmt.Fprintf(o.Err, "it may do what RBAC in the cluster grants it: nothing yet, no binding names %s\n", bindingSubjects(f.user, f.groups))
+	} else {
+		fmt.Fprintf(o.Err, "it may do what RBAC in the cluster grants it, now: %s\n", strings.Join(bound, "; "))
+	}
 	access := rc.access
 	if access.inClusterOnly {
 		// cluster connect would hand out the admin's kubeconfig, not this one.
@@ -265,20 +284,73 @@ func userCSR(user string, request []byte, lifetime time.Duration) *certificatesv
 	}
 }
 
-// checkIssued parses the signed certificate and checks that it names
-// subject: a signer must not hand out another identity than the one asked.
-func checkIssued(certPEM []byte, subject pkix.Name) (*x509.Certificate, error) {
+// signerLeeway is the most a certificate's end may differ from what was
+// asked without k3kcli calling its lifetime capped or refusing it: Kubernetes'
+// signer backdates a certificate of 8 h or more by 5 minutes, ending it that
+// much earlier, and the clocks of this machine and the server pod may differ.
+// A short lifetime gets a tenth of itself.
+const signerLeeway = 10 * time.Minute
+
+// checkIssued parses the signed certificate and checks that it is the one
+// asked for: for keyPEM's key (anyone allowed to write the request's status,
+// e.g. the virtual cluster's own admin, could put another there), naming
+// subject, a client certificate and no CA, ending no later than notAfter
+// and leeway. Pure.
+func checkIssued(certPEM, keyPEM []byte, subject pkix.Name, notAfter time.Time, leeway time.Duration) (*x509.Certificate, error) {
 	certs, err := cert.ParseCertsPEM(certPEM)
 	if err != nil {
 		return nil, fmt.Errorf("not a certificate: %w", err)
 	}
-	got := certs[0].Subject
+	c := certs[0]
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, fmt.Errorf("it is not for the key k3kcli made: %w", err)
+	}
+	if c.IsCA || !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return nil, errors.New("it is not a client certificate (a CA, or without client authentication)")
+	}
 	// The encoding may reorder the groups (a set in DER): compare them as one.
 	sorted := func(s []string) []string { return slices.Sorted(slices.Values(s)) }
-	if got.CommonName != subject.CommonName || !slices.Equal(sorted(got.Organization), sorted(subject.Organization)) {
-		return nil, fmt.Errorf("it names user %q groups %v, not user %q groups %v", got.CommonName, got.Organization, subject.CommonName, subject.Organization)
+	if c.Subject.CommonName != subject.CommonName || !slices.Equal(sorted(c.Subject.Organization), sorted(subject.Organization)) {
+		return nil, fmt.Errorf("it names user %q groups %v, not user %q groups %v", c.Subject.CommonName, c.Subject.Organization, subject.CommonName, subject.Organization)
 	}
-	return certs[0], nil
+	if c.NotAfter.After(notAfter.Add(leeway)) {
+		return nil, fmt.Errorf("it is valid until %s, after the %s asked", c.NotAfter.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339))
+	}
+	return c, nil
+}
+
+// bindingsNaming lists the RoleBindings and ClusterRoleBindings of the
+// virtual cluster that already name user or one of groups, as "kind
+// name (role)": what the new kubeconfig may do from its first request.
+func bindingsNaming(ctx context.Context, virtual kubernetes.Interface, user string, groups []string) ([]string, error) {
+	names := func(subjects []rbacv1.Subject) bool {
+		for _, sub := range subjects {
+			if (sub.Kind == rbacv1.UserKind && sub.Name == user) || (sub.Kind == rbacv1.GroupKind && slices.Contains(groups, sub.Name)) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	crbs, err := virtual.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range crbs.Items {
+		if names(b.Subjects) {
+			out = append(out, fmt.Sprintf("ClusterRoleBinding %s (%s %s)", b.Name, b.RoleRef.Kind, b.RoleRef.Name))
+		}
+	}
+	rbs, err := virtual.RbacV1().RoleBindings(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range rbs.Items {
+		if names(b.Subjects) {
+			out = append(out, fmt.Sprintf("RoleBinding %s/%s (%s %s)", b.Namespace, b.Name, b.RoleRef.Kind, b.RoleRef.Name))
+		}
+	}
+	return out, nil
 }
 
 // userKubeconfig is admin's cluster (server, CA, TLS server name) with the

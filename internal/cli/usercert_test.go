@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/x509/pkix"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,6 +93,8 @@ func TestKubeconfigGenerate(t *testing.T) {
 			{[]string{"--user", "system:admin"}, `--user "system:admin" is refused: names beginning with system: are Kubernetes' own`},
 			{[]string{"--user", "alice", "--group", "System:Masters"}, `--group "System:Masters" is refused`},
 			{[]string{"--user", "alice", "--group", ""}, "--group is empty"},
+			{[]string{"--user", "kube-apiserver"}, `--user "kube-apiserver" is refused: k3s's own components`},
+			{[]string{"--user", "alice", "--group", "k3s-cloud-controller-manager"}, `--group "k3s-cloud-controller-manager" is refused`},
 			{[]string{"--user", "alice", "--expires", "5m"}, "--expires 5m0s is shorter than 10m0s"},
 			{[]string{"--user", "alice", "--merge", "--output-kubeconfig", "x.yaml"}, "--output-kubeconfig and --merge both say where the kubeconfig goes"},
 			{[]string{"--user", "alice", "--server", "127.0.0.1:6443"}, "is not an https URL"},
@@ -123,23 +126,31 @@ func TestKubeconfigGenerate(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "alice.yaml")
 	r := k3kcli(t, "kubeconfig", "generate", "team", "-n", ns, "--user", "alice", "--group", "developers", "--group", "qa",
-		"--expires", "2h", "--server", api.URL, "--output-kubeconfig", path)
+		"--expires", "24h", "--server", api.URL, "--output-kubeconfig", path)
 	if r.code != ExitOK {
 		t.Fatalf("exit %d: %s", r.code, r.errOut)
 	}
-	for _, want := range []string{`certificate for user "alice" in groups developers, qa, valid until `, "nothing until a binding names the user alice or the group developers or the group qa"} {
+	for _, want := range []string{`certificate for user "alice" in groups developers, qa, valid until `, "nothing yet, no binding names the user alice or the group developers or the group qa"} {
 		if !strings.Contains(r.errOut, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, r.errOut)
 		}
 	}
-	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
-		t.Fatalf("kubeconfig file: %v, mode %v; want mode 0600", err, info.Mode().Perm())
+	// The signer backdates a day-long certificate by 5 minutes: no cap.
+	if strings.Contains(r.errOut, "capped") {
+		t.Errorf("stderr says the lifetime was capped, though the signer gave what was asked:\n%s", r.errOut)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig file mode %v, want 0600", info.Mode().Perm())
 	}
 	cfg, err := clientcmd.LoadFromFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := "k3k-" + ns + "-team-alice"
+	name := "alice@k3k-" + ns + "-team"
 	if cfg.CurrentContext != name || cfg.Clusters[name] == nil || cfg.Clusters[name].Server != api.URL {
 		t.Fatalf("context %q, clusters %v: want %s pointing at %s", cfg.CurrentContext, cfg.Clusters, name, api.URL)
 	}
@@ -147,8 +158,8 @@ func TestKubeconfigGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left := time.Until(certs[0].NotAfter); left < 110*time.Minute || left > 2*time.Hour+time.Minute {
-		t.Errorf("certificate valid for %s more, want about the 2h asked", left.Round(time.Second))
+	if left := time.Until(certs[0].NotAfter); left < 24*time.Hour-signerLeeway || left > 24*time.Hour+time.Minute {
+		t.Errorf("certificate valid for %s more, want about the 24h asked", left.Round(time.Second))
 	}
 
 	rc, err := clientcmd.NewNonInteractiveClientConfig(*cfg, name, nil, nil).ClientConfig()
@@ -203,6 +214,14 @@ func TestKubeconfigGenerate(t *testing.T) {
 		if _, err := alice.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("listing pods in another namespace: %v, want Forbidden", err)
 		}
+		// A new kubeconfig for the same group says what it may do at once.
+		r := k3kcli(t, "kubeconfig", "generate", "team", "-n", ns, "--user", "ann", "--group", "developers", "--server", api.URL)
+		if r.code != ExitOK {
+			t.Fatalf("exit %d: %s", r.code, r.errOut)
+		}
+		if want := "it may do what RBAC in the cluster grants it, now: RoleBinding default/developers-read-pods (Role pod-reader)"; !strings.Contains(r.errOut, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, r.errOut)
+		}
 	})
 
 	t.Run("the signing request says who asked", func(t *testing.T) {
@@ -210,10 +229,13 @@ func TestKubeconfigGenerate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(csrs.Items) != 1 {
-			t.Fatalf("%d CertificateSigningRequests, want 1", len(csrs.Items))
+		if len(csrs.Items) != 2 {
+			t.Fatalf("%d CertificateSigningRequests, want 2 (alice's, ann's)", len(csrs.Items))
 		}
 		c := csrs.Items[0]
+		if c.Annotations[csrAnnotation] != "k3kcli kubeconfig generate --user alice" {
+			c = csrs.Items[1]
+		}
 		if !strings.HasPrefix(c.Name, "k3kcli-kubeconfig-") || c.Annotations[csrAnnotation] != "k3kcli kubeconfig generate --user alice" {
 			t.Errorf("request %s annotations %v", c.Name, c.Annotations)
 		}
@@ -264,5 +286,57 @@ func TestKubeconfigGenerateIsRefusedOnceExpired(t *testing.T) {
 	time.Sleep(time.Until(certs[0].NotAfter) + 2*time.Second)
 	if err := whoami(); !apierrors.IsUnauthorized(err) {
 		t.Errorf("after the certificate expired at %s: %v, want Unauthorized", certs[0].NotAfter.UTC().Format(time.RFC3339), err)
+	}
+}
+
+func TestCheckIssuedRefusesAnotherCertificateThanAsked(t *testing.T) {
+	ca, err := testenv.NewCA("client-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Within the test CA's own day: its certificates end no later than it.
+	until := time.Now().Add(2 * time.Hour)
+	issue := func(user string, server bool, notAfter time.Time, groups ...string) *testenv.CertKey {
+		ck, err := ca.Issue(testenv.CertSpec{CommonName: user, Organization: groups, Server: server, NotAfter: notAfter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ck
+	}
+	subject := pkix.Name{CommonName: "alice", Organization: []string{"developers", "qa"}}
+	good := issue("alice", false, until, "qa", "developers")
+	if _, err := checkIssued(good.Cert, good.Key, subject, until, signerLeeway); err != nil {
+		t.Fatalf("the certificate asked for (groups in another order): %v", err)
+	}
+	other := issue("alice", false, until, "developers", "qa")
+	for _, tc := range []struct {
+		name      string
+		cert, key []byte
+		want      string
+	}{
+		{"another key's certificate", other.Cert, good.Key, "not for the key k3kcli made"},
+		{"another user", nil, nil, `names user "mallory"`},
+		{"a group more", nil, nil, "admins"},
+		{"a serving certificate", nil, nil, "not a client certificate"},
+		{"longer than asked", nil, nil, "after the"},
+		{"the CA itself", ca.Cert, ca.Key, "not a client certificate"},
+	} {
+		if tc.cert == nil {
+			var ck *testenv.CertKey
+			switch tc.name {
+			case "another user":
+				ck = issue("mallory", false, until, "developers", "qa")
+			case "a group more":
+				ck = issue("alice", false, until, "developers", "qa", "admins")
+			case "a serving certificate":
+				ck = issue("alice", true, until, "developers", "qa")
+			case "longer than asked":
+				ck = issue("alice", false, until.Add(time.Hour), "developers", "qa")
+			}
+			tc.cert, tc.key = ck.Cert, ck.Key
+		}
+		if _, err := checkIssued(tc.cert, tc.key, subject, until, signerLeeway); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -150,9 +150,18 @@ func strandedOn(pv *corev1.PersistentVolume, nodes []corev1.Node, now time.Time,
 		}
 	}
 	if !matched {
+		// Matching no node counts as its node deleted only when the one
+		// hostname it names is no node's at all: a node that lost a label
+		// the affinity asks for, or an affinity that never matched, is not
+		// a lost node.
 		host := affinityHostname(pv.Spec.NodeAffinity.Required)
 		if host == "" {
 			return nodeLoss{}, 0, false
+		}
+		for i := range nodes {
+			if nodes[i].Name == host || nodes[i].Labels[corev1.LabelHostname] == host {
+				return nodeLoss{}, 0, false
+			}
 		}
 		l, _, _ = nodeLost(host, nil, now, timeout)
 	}
@@ -375,7 +384,7 @@ func (r *Reconciler) replaceServerOnLostNode(ctx context.Context, c *v1beta1.Clu
 			where, corev1.TaintNodeOutOfService, next), nil
 	}
 	msg := fmt.Sprintf("%s; %s, so the pod was deleted and %s", where, l.fenced, next)
-	deleted, err := r.forceDeletePod(ctx, l.pod)
+	deleted, err := r.forceDeletePod(ctx, l.pod, l.node)
 	if err != nil {
 		return "", err
 	}
@@ -410,7 +419,7 @@ func (r *Reconciler) replaceEtcdMemberOnLostNode(ctx context.Context, c *v1beta1
 	}
 	msg := fmt.Sprintf("%s; its etcd member was removed, so the pod and its volume %s are deleted: the pod starts on another node with a new volume and joins as a new member",
 		where, strings.Join(claims, ", "))
-	podDeleted, err := r.forceDeletePod(ctx, l.pod)
+	podDeleted, err := r.forceDeletePod(ctx, l.pod, l.node)
 	if err != nil {
 		return "", err
 	}
@@ -516,10 +525,13 @@ func (r *Reconciler) deleteServerClaims(ctx context.Context, c *v1beta1.Cluster,
 		if !pvc.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.Client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); err != nil && !apierrors.IsNotFound(err) {
+		switch err := r.Client.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
 			return nil, false, fmt.Errorf("deleting volume claim %s of server pod %s on a lost node: %w", pvc.Name, pod.Name, err)
+		default:
+			deleted = true
 		}
-		deleted = true
 	}
 	return names, deleted, nil
 }
@@ -528,7 +540,7 @@ func (r *Reconciler) deleteServerClaims(ctx context.Context, c *v1beta1.Cluster,
 // 0), as `kubectl delete --force` does, and says whether it did (false: it
 // was so deleted already, or is gone). The UID precondition keeps it from
 // deleting the pod the StatefulSet made in its place meanwhile.
-func (r *Reconciler) forceDeletePod(ctx context.Context, pod *corev1.Pod) (bool, error) {
+func (r *Reconciler) forceDeletePod(ctx context.Context, pod *corev1.Pod, node string) (bool, error) {
 	if !pod.DeletionTimestamp.IsZero() && ptr.Deref(pod.DeletionGracePeriodSeconds, -1) == 0 {
 		return false, nil // done already; an etcd pod waits for its finalizer
 	}
@@ -539,7 +551,7 @@ func (r *Reconciler) forceDeletePod(ctx context.Context, pod *corev1.Pod) (bool,
 	if err != nil {
 		return false, fmt.Errorf("deleting server pod %s on a lost node: %w", pod.Name, err)
 	}
-	log.FromContext(ctx).Info("deleted a server pod on a lost node", "pod", pod.Name, "node", pod.Spec.NodeName)
+	log.FromContext(ctx).Info("deleted a server pod on a lost node", "pod", pod.Name, "node", node)
 	return true, nil
 }
 

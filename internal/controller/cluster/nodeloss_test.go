@@ -145,6 +145,13 @@ func TestStrandedOnNeedsEveryNodeTheVolumeCanUseLost(t *testing.T) {
 		}
 		return pv
 	}
+	// withZone adds a zone the volume's node must be in (the expressions of
+	// a term are ANDed).
+	withZone := func(pv *corev1.PersistentVolume, zone string) *corev1.PersistentVolume {
+		term := &pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0]
+		term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zone}})
+		return pv
+	}
 	for _, tc := range []struct {
 		name    string
 		pv      *corev1.PersistentVolume
@@ -154,6 +161,7 @@ func TestStrandedOnNeedsEveryNodeTheVolumeCanUseLost(t *testing.T) {
 		{"local volume of a lost node", volume(corev1.LabelHostname, "lost"), "lost@no", 0},
 		{"local volume of a node declared off", volume(corev1.LabelHostname, "off"), "off@yes", 0},
 		{"local volume of a deleted Node", volume(corev1.LabelHostname, "gone"), "gone@yes", 0},
+		{"local volume of a Ready node, asking for a label it lost", withZone(volume(corev1.LabelHostname, "ready"), "z9"), "", 0},
 		{"zone whose every node is lost", volume(corev1.LabelTopologyZone, "z1"), "lost@no", 0},
 		{"local volume of a node not Ready for less than the timeout", volume(corev1.LabelHostname, "blip"), "", 40 * time.Second},
 		{"local volume of a Ready node", volume(corev1.LabelHostname, "ready"), "", 0},
