@@ -31,8 +31,10 @@ import (
 // These tests run three real members that reach each other by their pod DNS
 // names on the real ports (2380 peer, 2379 client), each on a loopback
 // address of its own; an in-process DNS server answers for the names. The
-// process's Go resolver points at it for the test only (the envtest
-// kube-apiserver is reached by IP).
+// process's Go resolver points at it from the first test that asks until the
+// package's tests end: one server for all, so that such tests can run side
+// by side (each one's names hold its own namespace). The envtest
+// kube-apiserver is reached by IP, and localhost through /etc/hosts.
 
 type podDNS struct {
 	mu    sync.Mutex
@@ -40,25 +42,35 @@ type podDNS struct {
 	conn  net.PacketConn
 }
 
+var sharedPodDNS struct {
+	once sync.Once
+	d    *podDNS
+	err  error
+}
+
+// startPodDNS returns the package's pod DNS server, started and made the Go
+// resolver's on first use.
 func startPodDNS(t *testing.T) *podDNS {
 	t.Helper()
-	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &podDNS{hosts: map[string]net.IP{}, conn: conn}
-	go d.serve()
-	oldPreferGo, oldDial := net.DefaultResolver.PreferGo, net.DefaultResolver.Dial
-	net.DefaultResolver.PreferGo = true
-	net.DefaultResolver.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var dl net.Dialer
-		return dl.DialContext(ctx, "udp", conn.LocalAddr().String())
-	}
-	t.Cleanup(func() {
-		net.DefaultResolver.PreferGo, net.DefaultResolver.Dial = oldPreferGo, oldDial
-		_ = conn.Close()
+	sharedPodDNS.once.Do(func() {
+		conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			sharedPodDNS.err = err
+			return
+		}
+		d := &podDNS{hosts: map[string]net.IP{}, conn: conn}
+		go d.serve()
+		net.DefaultResolver.PreferGo = true
+		net.DefaultResolver.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, "udp", conn.LocalAddr().String())
+		}
+		sharedPodDNS.d = d
 	})
-	return d
+	if sharedPodDNS.err != nil {
+		t.Fatal(sharedPodDNS.err)
+	}
+	return sharedPodDNS.d
 }
 
 func (d *podDNS) set(host string, ip net.IP) {
@@ -215,6 +227,7 @@ func healthyVoters(n int32) func(*v1beta1.Cluster) bool {
 }
 
 func TestEtcdQuorumLossReleasesPodsAndRecoveryRebuildsFromTheSurvivor(t *testing.T) {
+	t.Parallel() // real etcd members, 30 s: beside the other such tests
 	dns := startPodDNS(t)
 	r, _ := newReconciler(t)
 	cs, err := kubernetes.NewForConfig(restConfig)

@@ -481,6 +481,7 @@ func (e *lostEtcdNode) replacedOnLiveNode(t *testing.T, pod *corev1.Pod) {
 // its claim and pod are deleted, and the pod made again elsewhere joins as a
 // new member.
 func TestEtcdMemberOnALostNodeIsReplaced(t *testing.T) {
+	t.Parallel() // real etcd members, 30 s: beside the other such tests
 	e := newLostEtcdNode(t)
 	// The node stops reporting, but its member still answers: the node's
 	// kubelet may be what failed.
@@ -504,6 +505,7 @@ func TestEtcdMemberOnALostNodeIsReplaced(t *testing.T) {
 // the pod waits unscheduled for ever. The controller replaces the member as
 // it does for a pod on the node.
 func TestEtcdMemberWaitingForAVolumeOfALostNodeIsReplaced(t *testing.T) {
+	t.Parallel() // real etcd members, 30 s: beside the other such tests
 	ctx := context.Background()
 	e := newLostEtcdNode(t)
 	e.pm.stop(2)
