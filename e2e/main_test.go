@@ -46,8 +46,8 @@ import (
 //	                    unset, TestNodeRestart is skipped (a cluster the suite cannot restart)
 //	E2E_KILL_NODE       command that, given a node's name, cuts that node's power and
 //	                    network for good (hack/e2e.sh: "hostcluster.sh kill-node"); the
-//	                    node-loss scenarios (nodeloss_test.go) need it and three Ready
-//	                    nodes, and are skipped without it
+//	                    node-loss scenario (nodeloss_test.go) needs it and three Ready
+//	                    nodes, and is skipped without it
 //	E2E_RECOVERY_ROUNDS how many times the server pod is deleted and timed (default 3;
 //	                    more for a measurement)
 //	E2E_BOOTSTRAP_COMPARE=1 TestBootstrapLockAfterDeletionDuringFirstStart also times
