@@ -341,15 +341,13 @@ func TestTenantIsolationDefaults(t *testing.T) {
 			}
 			return true, nil
 		})
-		for _, pr := range []probe{
+		p.expectAll(t, []probe{
 			{what: "the host API on the node", ip: cfg.nodeIP, port: 6443, path: "/"},
 			{what: "the host kubelet", ip: cfg.nodeIP, port: 10250, path: "/"},
 			{what: "the host etcd", ip: cfg.nodeIP, port: 2479, path: "/"},
 			{what: "a node port of the host's", ip: cfg.nodeIP, port: int(nodePort), path: "/health"},
 			{what: "the host API's ClusterIP", ip: api.Spec.ClusterIP, port: 443, path: "/"},
-		} {
-			p.expect(t, pr, false)
-		}
+		}, false)
 	})
 
 	t.Run("a pod asking for a resource the node does not have is refused", func(t *testing.T) {

@@ -356,6 +356,14 @@ func newVirtualClient(path string) (kubernetes.Interface, error) {
 // eventually polls cond every 250ms until it returns true or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
+	if err := waitFor(timeout, what, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor is eventually for code that cannot end the test: a goroutine of
+// it (t.Fatal must be called from the test's own).
+func waitFor(timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
 	var last error
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
@@ -372,8 +380,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 		return ok, nil
 	})
 	if err != nil {
-		t.Fatalf("%s: not within %s (last error: %v)", what, timeout, last)
+		return fmt.Errorf("%s: not within %s (last error: %v)", what, timeout, last)
 	}
+	return nil
 }
 
 // transient reports whether err says nothing about the virtual cluster's

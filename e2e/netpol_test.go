@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,15 +100,11 @@ func TestNetworkPolicy(t *testing.T) {
 	t.Run("with the policies, a pod reaches no other tenant and no server health or metrics port", func(t *testing.T) {
 		// First, so the allowances below are checked while the enforcer
 		// is known to be filtering this pod.
-		for _, pr := range denied {
-			p.expect(t, pr, false)
-		}
+		p.expectAll(t, denied, false)
 	})
 
 	t.Run("with the policies, a pod reaches its own Service, API server and DNS", func(t *testing.T) {
-		for _, pr := range allowed {
-			p.expect(t, pr, true)
-		}
+		p.expectAll(t, allowed, true)
 		eventually(t, time.Minute, "nslookup web through the agent's DNS", func(ctx context.Context) (bool, error) {
 			o, e, _ := execIn(ctx, rc, ns, clientPod.Name, "sh", "", "nslookup", "web."+ns+".svc.cluster.local")
 			if !strings.Contains(o, "Address: "+webSvc.Spec.ClusterIP) {
@@ -127,9 +124,7 @@ func TestNetworkPolicy(t *testing.T) {
 				return err == nil && len(list.Items) == 0, err
 			})
 		}
-		for _, pr := range denied {
-			p.expect(t, pr, true)
-		}
+		p.expectAll(t, denied, true)
 		// And back on: the first denial holds again.
 		for _, v := range []*vcluster{a, b} {
 			setNetworkPolicy(t, crc, v, true)
@@ -249,31 +244,71 @@ func firstLine(s string) string {
 // is not filtered until the enforcer has seen it.
 func (p prober) expect(t *testing.T, pr probe, want bool) {
 	t.Helper()
-	wantOutcome, verb := reached, "reaching "
-	if !want {
-		wantOutcome, verb = blocked, "being refused "
+	p.expectAll(t, []probe{pr}, want)
+}
+
+// expectAll is expect for every probe of prs at once: a blocked probe waits
+// out nc's 3 s timeout four times, so one after the other they add up to
+// minutes of a suite that runs on a CI budget.
+func (p prober) expectAll(t *testing.T, prs []probe, want bool) {
+	t.Helper()
+	errs := make([]error, len(prs))
+	var wg sync.WaitGroup
+	for i, pr := range prs {
+		wg.Go(func() { errs[i] = p.hold(pr, want) })
 	}
-	eventually(t, time.Minute, verb+pr.what, func(ctx context.Context) (bool, error) {
+	wg.Wait()
+	failed := false
+	for i, err := range errs {
+		if err != nil {
+			t.Error(err)
+			failed = true
+			continue
+		}
+		t.Logf("%s%s (%s:%d): holds", verb(want), prs[i].what, prs[i].ip, prs[i].port)
+	}
+	if failed {
+		t.FailNow()
+	}
+}
+
+// hold is one probe of expect.
+func (p prober) hold(pr probe, want bool) error {
+	wantOutcome := reached
+	if !want {
+		wantOutcome = blocked
+	}
+	err := waitFor(time.Minute, verb(want)+pr.what, func(ctx context.Context) (bool, error) {
 		got, detail := p.probe(ctx, pr)
 		if got != wantOutcome {
 			return false, errors.New(detail)
 		}
 		return true, nil
 	})
+	if err != nil {
+		return err
+	}
 	for i, tries := 0, 0; i < 3; tries++ {
 		got, detail := p.probe(context.Background(), pr)
 		if got == unknown {
 			if tries > 20 {
-				t.Fatalf("probing %s keeps failing to run: %s", pr.what, detail)
+				return fmt.Errorf("probing %s keeps failing to run: %s", pr.what, detail)
 			}
 			continue
 		}
 		if got != wantOutcome {
-			t.Fatalf("%s%s (%s:%d) did not hold: %s", verb, pr.what, pr.ip, pr.port, detail)
+			return fmt.Errorf("%s%s (%s:%d) did not hold: %s", verb(want), pr.what, pr.ip, pr.port, detail)
 		}
 		i++
 	}
-	t.Logf("%s%s (%s:%d): holds", verb, pr.what, pr.ip, pr.port)
+	return nil
+}
+
+func verb(want bool) string {
+	if want {
+		return "reaching "
+	}
+	return "being refused "
 }
 
 // httpdPod serves a page on 8080 with busybox httpd.
