@@ -87,6 +87,7 @@ const (
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`,priority=1,description="k3s version asked for; empty: the controller's default"
 // +kubebuilder:printcolumn:name="Persistence",type=string,JSONPath=`.status.persistenceType`,priority=1
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.status.policyName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // Rules that read the status (the datastore and persistence in effect, which
 // the controller records; an update of the spec cannot change the status, so
@@ -747,6 +748,30 @@ type ClusterStatus struct {
 	// without spec.backup.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// PolicyName is the VirtualClusterPolicy the Cluster's namespace is bound
+	// to (its label policy.k3k.io/policy-name); the Policy condition says
+	// what it changed.
+	// +optional
+	PolicyName string `json:"policyName,omitempty"`
+
+	// PolicyBounds are what the agent is held to once the policy is applied,
+	// where that is stricter than the spec says: the agent guard (the host
+	// API's backstop behind the agent) reads them here, since the stored
+	// spec of a Cluster made before its policy may be looser.
+	// +optional
+	PolicyBounds *PolicyBounds `json:"policyBounds,omitempty"`
+}
+
+// PolicyBounds are the agent's bounds in effect under a VirtualClusterPolicy.
+type PolicyBounds struct {
+	// PodSecurityLevel is the level the agent holds pods to.
+	// +optional
+	PodSecurityLevel PodSecurityLevel `json:"podSecurityLevel,omitempty"`
+	// MaxTerminationGracePeriodSeconds is the longest grace period the
+	// agent gives; unset: the spec's, or the agent's default.
+	// +optional
+	MaxTerminationGracePeriodSeconds *int64 `json:"maxTerminationGracePeriodSeconds,omitempty"`
 }
 
 // BackupStatus reports the scheduled snapshots, as the backup Jobs reported

@@ -42,6 +42,21 @@ const (
 	// reads it: while True, the host API refuses an agent's pod that keeps
 	// the node's users below the privileged level. It does not gate Ready.
 	ConditionUserNamespaces = "UserNamespaces"
+	// ConditionPolicy is present while the Cluster's namespace is bound to a
+	// VirtualClusterPolicy (LabelPolicyName): True (PolicyApplied) when the
+	// Cluster keeps to it, its message naming what the policy tightened;
+	// False when the policy does not exist (PolicyNotFound) or the Cluster
+	// breaks it where nothing can be tightened (PolicyBroken: a spec made
+	// before the policy; the host API refuses the same for a new Cluster).
+	// It does not gate Ready.
+	ConditionPolicy = "Policy"
+)
+
+// Reasons of Policy.
+const (
+	ReasonPolicyApplied  = "PolicyApplied"
+	ReasonPolicyNotFound = "PolicyNotFound"
+	ReasonPolicyBroken   = "PolicyBroken"
 )
 
 // Reasons of Migrating: the step.

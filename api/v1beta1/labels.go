@@ -66,3 +66,8 @@ const AnnotationRestorePending = "k3k.io/restore-pending"
 // FinalizerEtcdMember holds an etcd server pod until its member has been
 // removed from the cluster, or may stay.
 const FinalizerEtcdMember = "k3k.io/etcd-member"
+
+// LabelPolicyName on a Namespace binds it to the VirtualClusterPolicy its
+// value names (upstream k3k's label): every Cluster of the namespace is held
+// to that policy.
+const LabelPolicyName = "policy.k3k.io/policy-name"

@@ -27,6 +27,7 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/internal/controller/cluster"
 	"github.com/k3k-io/k3k/pkg/kubeconfig"
+	"github.com/k3k-io/k3k/pkg/resourcelist"
 )
 
 // options are the command-line settings.
@@ -237,7 +238,7 @@ func (f isolationFlags) apply(d *cluster.IsolationDefaults) error {
 		{"--default-limit", f.limit, &d.LimitDefault},
 		{"--default-limit-max", f.limitMax, &d.LimitMax},
 	} {
-		list, err := cluster.ParseResourceList(l.value)
+		list, err := resourcelist.Parse(l.value)
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.flag, err)
 		}
@@ -288,7 +289,7 @@ func (f agentFlags) apply(d *cluster.AgentDefaults) error {
 		{"--agent-default-requests", f.defaultRequests, &d.DefaultRequests},
 		{"--agent-default-limits", f.defaultLimits, &d.DefaultLimits},
 	} {
-		list, err := cluster.ParseResourceList(l.value)
+		list, err := resourcelist.Parse(l.value)
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.flag, err)
 		}

@@ -328,6 +328,9 @@ func TestChartGrantsNothingMore(t *testing.T) {
 		{"read EndpointSlices outside default", authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"}},
 		{"read EndpointSlices cluster-wide", authorizationv1.ResourceAttributes{Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"}},
 		{"read Services in default", authorizationv1.ResourceAttributes{Namespace: "default", Verb: "get", Resource: "services"}},
+		// VirtualClusterPolicies and Namespaces are read (policy.go), never written.
+		{"write VirtualClusterPolicies", authorizationv1.ResourceAttributes{Verb: "update", Group: "k3k.io", Resource: "virtualclusterpolicies"}},
+		{"label Namespaces", authorizationv1.ResourceAttributes{Verb: "patch", Resource: "namespaces", Name: "team-a"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

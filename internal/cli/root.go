@@ -150,7 +150,7 @@ Exit codes: 0 ok, 1 error, 2 bad usage (nothing changed), 3 timed out waiting,
 	}
 	kubeconfig.AddCommand(newKubeconfigGetCommand(o, g))
 	kubeconfig.AddCommand(newKubeconfigGenerateCommand(o, g))
-	root.AddCommand(cluster, kubeconfig, newVersionCommand(o, g))
+	root.AddCommand(cluster, kubeconfig, newPolicyCommand(o, g), newVersionCommand(o, g))
 	addCompletions(root, g)
 	return root
 }

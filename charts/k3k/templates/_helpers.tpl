@@ -126,6 +126,12 @@ their own objects (internal/controller/cluster.DesiredAgentGuard). */}}
 {{- printf "%s-agent-guard" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* policyGuard names the admission policy and binding that hold Clusters to
+their namespace's VirtualClusterPolicy (internal/controller/cluster.DesiredPolicyGuard). */}}
+{{- define "k3k.policyGuard" -}}
+{{- printf "%s-policy-guard" (include "k3k.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* pairs renders a map of strings as the controller's k=v,… flag value, in
 key order; resourceList is the same for a map of resource quantities
 (name=quantity,…). */}}

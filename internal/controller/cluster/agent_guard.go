@@ -543,16 +543,25 @@ func podSecurityVariables(allowPrivileged string) []admissionregistrationv1.Vari
 		// cluster's param holds the agent to baseline, so an agent whose own
 		// Cluster is gone (its ServiceAccount not yet collected) or is not
 		// matched never escapes to privileged.
-		{Name: "level", Expression: "!variables.mine || !has(params.spec.podSecurityLevel) || params.spec.podSecurityLevel == '' ? 'baseline' : " +
-			"(params.spec.podSecurityLevel == 'privileged' && !(" + allowPrivileged + ") ? 'baseline' : params.spec.podSecurityLevel)"},
+		{Name: "specLevel", Expression: "!has(params.spec.podSecurityLevel) || params.spec.podSecurityLevel == '' ? 'baseline' : params.spec.podSecurityLevel"},
+		// A VirtualClusterPolicy's level where stricter (policy.go: the
+		// stored spec of a Cluster made before its policy may be looser).
+		{Name: "boundLevel", Expression: "has(params.status) && has(params.status.policyBounds) && has(params.status.policyBounds.podSecurityLevel) && " +
+			podSecurityRankCEL + "[params.status.policyBounds.podSecurityLevel] > " + podSecurityRankCEL + "[variables.specLevel] ? " +
+			"params.status.policyBounds.podSecurityLevel : variables.specLevel"},
+		{Name: "level", Expression: "!variables.mine ? 'baseline' : " +
+			"(variables.boundLevel == 'privileged' && !(" + allowPrivileged + ") ? 'baseline' : variables.boundLevel)"},
 		{Name: "enforce", Expression: "variables.pod && variables.level != 'privileged'"},
 		{Name: "restricted", Expression: "variables.enforce && variables.level == 'restricted'"},
 		{Name: "containers", Expression: "variables.pod ? object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) : []"},
 		{Name: "psc", Expression: "variables.pod && has(object.spec.securityContext) ? object.spec.securityContext : null"},
 		// The agent's cap on grace periods (translate.capGracePeriods):
-		// the Cluster's, or the agent's default.
-		{Name: "maxGrace", Expression: "has(params.spec.maxTerminationGracePeriodSeconds) ? params.spec.maxTerminationGracePeriodSeconds : " +
+		// the Cluster's, or the agent's default, or a policy's where
+		// smaller.
+		{Name: "specGrace", Expression: "has(params.spec.maxTerminationGracePeriodSeconds) ? params.spec.maxTerminationGracePeriodSeconds : " +
 			strconv.FormatInt(agentDefaultMaxGrace, 10)},
+		{Name: "maxGrace", Expression: "has(params.status) && has(params.status.policyBounds) && has(params.status.policyBounds.maxTerminationGracePeriodSeconds) && " +
+			"params.status.policyBounds.maxTerminationGracePeriodSeconds < variables.specGrace ? params.status.policyBounds.maxTerminationGracePeriodSeconds : variables.specGrace"},
 		// The controller's decision that the agent runs its pods in user
 		// namespaces (userns.go), which the agent cannot change: its Role
 		// has no rights on Clusters.

@@ -427,3 +427,30 @@ func TestAgentPodSecurityGuardUserNamespacesPrivileged(t *testing.T) {
 		t.Errorf("a privileged cluster's pod with the node's users was refused: %v", err)
 	}
 }
+
+// TestAgentPodSecurityGuardHoldsThePolicyBounds: a Cluster made privileged
+// (allowed by the chart) before its namespace was bound to a policy keeps
+// that level in its stored spec; the bounds the controller records in its
+// status (status.policyBounds: restricted, a 30 s grace cap) are what the
+// guard holds its agent's pods to.
+func TestAgentPodSecurityGuardHoldsThePolicyBounds(t *testing.T) {
+	ctx := context.Background()
+	ns, c, agent := guardedAgent(t, "true", v1beta1.PodSecurityPrivileged)
+	live := &v1beta1.Cluster{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), live); err != nil {
+		t.Fatal(err)
+	}
+	live.Status.PolicyBounds = &v1beta1.PolicyBounds{PodSecurityLevel: v1beta1.PodSecurityRestricted, MaxTerminationGracePeriodSeconds: ptr.To(int64(30))}
+	if err := k8s.Status().Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	// The parameter informer takes the status change asynchronously.
+	tryUntil(t, agent, ns, "pb", rootWithEscalation, refusedSaying("must meet Pod Security level restricted"), "a root pod was never refused at the policy's level")
+	_, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("pc-shop-0123456789", func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(60)) }), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "grace periods of at most 30 s") {
+		t.Errorf("a 60 s grace period under a 30 s policy bound: %v, want refused", err)
+	}
+	if _, err := agent.CoreV1().Pods(ns).Create(ctx, hostPod("pd-shop-0123456789", nil), metav1.CreateOptions{}); err != nil {
+		t.Errorf("a restricted pod was refused: %v", err)
+	}
+}

@@ -110,6 +110,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		o.deleting = true
 		return ctrl.Result{}, o.fail("releasing etcd server pods", r.releaseEtcdPods(ctx, c.Namespace, c.Name))
 	}
+	// From here c's spec is the one its namespace's policy leaves; only
+	// the status is ever written back. Not for a deleted Cluster: a policy
+	// that cannot be read must not hold its etcd pods.
+	if err := r.holdToPolicy(ctx, c, o); err != nil {
+		o.policyErr = true
+		return ctrl.Result{}, o.fail("VirtualClusterPolicy", err)
+	}
 	for _, s := range r.steps(o) {
 		res, err := s.run(ctx, c, o)
 		if err != nil {
@@ -546,6 +553,9 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	// Nodes, read for user namespace support (userns.go), trimmed to what
 	// is read.
 	out[&corev1.Node{}] = cache.ByObject{Transform: trimNode}
+	// Namespaces, for the VirtualClusterPolicy each is bound to: names and
+	// labels only.
+	out[&corev1.Namespace{}] = cache.ByObject{Transform: trimNamespace}
 	// The host API server's endpoints, which the server and agent
 	// NetworkPolicies allow: its Service's EndpointSlices and nothing else
 	// (the chart grants reading them in this one namespace).
@@ -624,7 +634,8 @@ func (r *Reconciler) allClusters(ctx context.Context, why string) []reconcile.Re
 
 // SetupWithManager registers the reconciler: Clusters, the objects they own,
 // their server pods and volumes (owned by the StatefulSet, so mapped back
-// by label), the host API's EndpointSlices (every Cluster), and, where
+// by label), the host API's EndpointSlices (every Cluster), the
+// VirtualClusterPolicies and the policy bindings of Namespaces, and, where
 // they decide something, Nodes and StorageClasses (every Cluster).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	registerBackupMetrics()
@@ -657,7 +668,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&batchv1.Job{}, byClusterLabel).
 		Watches(&corev1.Pod{}, byClusterLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byClusterLabel).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster))
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster)).
+		Watches(&v1beta1.VirtualClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfPolicy)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfNamespace), builder.WithPredicates(policyBindingChanged))
 	// Nodes only where they decide something: the chart grants reading
 	// them only for auto.
 	if r.Config.watchesNodes() {

@@ -16,6 +16,7 @@ import (
 // than still in progress; their Events are Warnings.
 var failureReasons = map[string]bool{
 	v1beta1.ReasonInvalidSpec: true, v1beta1.ReasonInvalid: true, v1beta1.ReasonTokenSecretNotFound: true, v1beta1.ReasonReconcileError: true,
+	v1beta1.ReasonPolicyNotFound: true, v1beta1.ReasonPolicyBroken: true,
 }
 
 // observeClaims reads the server volume claims while a server pod is not

@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"fmt"
 	"net"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -73,31 +70,6 @@ func IsolationNamesFor(c *v1beta1.Cluster) IsolationNames {
 		ServerPolicy:   p + "-server",
 		AgentPolicy:    p + "-agent",
 	}
-}
-
-// ParseResourceList parses "name=quantity,name=quantity" (a controller flag)
-// into a ResourceList; an empty string is an empty list.
-func ParseResourceList(s string) (corev1.ResourceList, error) {
-	out := corev1.ResourceList{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		name, value, ok := strings.Cut(part, "=")
-		if !ok || strings.TrimSpace(name) == "" {
-			return nil, fmt.Errorf("%q: want name=quantity", part)
-		}
-		q, err := resource.ParseQuantity(strings.TrimSpace(value))
-		if err != nil {
-			return nil, fmt.Errorf("%q: %w", part, err)
-		}
-		if q.Sign() < 0 {
-			return nil, fmt.Errorf("%q: negative", part)
-		}
-		out[corev1.ResourceName(strings.TrimSpace(name))] = q
-	}
-	return out, nil
 }
 
 // mergeResources returns defaults with over's entries replacing theirs.

@@ -27,30 +27,16 @@ import (
 	"github.com/k3k-io/k3k/api/v1beta1"
 	"github.com/k3k-io/k3k/pkg/agent/translate"
 	"github.com/k3k-io/k3k/pkg/layout"
+	"github.com/k3k-io/k3k/pkg/resourcelist"
 )
 
 func mustList(t *testing.T, s string) corev1.ResourceList {
 	t.Helper()
-	l, err := ParseResourceList(s)
+	l, err := resourcelist.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
-}
-
-func TestParseResourceList(t *testing.T) {
-	l := mustList(t, " pods=50, requests.cpu=8,requests.memory=16Gi ,")
-	if len(l) != 3 || l.Pods().Value() != 50 || l.Name("requests.cpu", resource.DecimalSI).Value() != 8 {
-		t.Fatalf("parsed %v", l)
-	}
-	if l := mustList(t, ""); len(l) != 0 {
-		t.Fatalf("empty string parsed to %v", l)
-	}
-	for _, bad := range []string{"pods", "pods=lots", "=5", "pods=-1"} {
-		if _, err := ParseResourceList(bad); err == nil {
-			t.Errorf("%q parsed without error", bad)
-		}
-	}
 }
 
 func TestDesiredQuotaAndLimits(t *testing.T) {

@@ -57,6 +57,11 @@ type observation struct {
 	backup backupState
 	// restore is what was observed of spec.restoreFrom.
 	restore restoreState
+	// policy is what the namespace's VirtualClusterPolicy did; nil when the
+	// namespace is bound to none.
+	policy *policyOutcome
+	// policyErr: the namespace or its policy could not be read.
+	policyErr bool
 	// migration is what was observed of a migration from sqlite to etcd.
 	migration migrationState
 	// lostServers are the server pods on lost nodes, read once per
@@ -145,6 +150,17 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 
 	if o.statefulSet != nil {
 		st.ReadyServers = o.statefulSet.Status.ReadyReplicas
+	}
+	switch {
+	case o.policyErr:
+		// Not read this time: what was known stays (the failure is on Ready).
+		st.PolicyName, st.PolicyBounds = c.Status.PolicyName, c.Status.PolicyBounds.DeepCopy()
+	case o.policy != nil:
+		st.PolicyName, st.PolicyBounds = o.policy.name, o.policy.bounds
+		ok, reason, msg := o.policy.condition()
+		set(v1beta1.ConditionPolicy, ok, reason, msg)
+	default:
+		meta.RemoveStatusCondition(&st.Conditions, v1beta1.ConditionPolicy)
 	}
 
 	if o.settingsErr != nil {
