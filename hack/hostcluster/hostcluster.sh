@@ -572,13 +572,21 @@ forget_boot_state() {
 }
 
 # forget_pod_netns removes the pod network namespaces no process uses any more.
+# /run/netns is every node's: one made in the last 30 s may be another node's
+# pod sandbox whose process has not joined it yet, so it is left alone. A
+# namespace file that is still mounted in another mount namespace (a container
+# being set up copies the mounts) cannot be removed (EBUSY): it stays, an
+# empty file no one uses (a CI run failed on it, killing a node while another
+# node started a pod).
 forget_pod_netns() {
-  local ns
+  local ns now
+  now=$(date +%s)
   for ns in /run/netns/cni-*; do
     [ -e "$ns" ] || continue
+    [ $(( now - $(stat -c %Y "$ns" 2>/dev/null || echo "$now") )) -ge 30 ] || continue
     [ -z "$(ip netns pids "$(basename "$ns")" 2>/dev/null)" ] || continue
     umount "$ns" 2>/dev/null || true
-    rm -f "$ns"
+    rm -f "$ns" 2>/dev/null || true
   done
 }
 
