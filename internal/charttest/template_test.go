@@ -124,11 +124,16 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			// nothing until the controller binds them in a watched namespace,
 			// reading Nodes (userNamespaces auto, the default), the host's
 			// default ServiceCIDR (hostServiceCIDR empty) and StorageClasses
-			// (storageClassCopies, the default), which are cluster-wide.
-			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 8 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil ||
+			// (storageClassCopies, the default), and VirtualClusterPolicies
+			// and Namespaces, which are cluster-wide.
+			if n := kinds(objs)["ClusterRole"] + kinds(objs)["ClusterRoleBinding"]; n != 10 || find(objs, "ClusterRole", "", agentRole) == nil || find(objs, "ClusterRole", "", backupExecRole) == nil ||
 				find(objs, "ClusterRole", "", release+"-nodes") == nil || find(objs, "ClusterRoleBinding", "", release+"-nodes") == nil {
-				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s, %s, %s-nodes, %s-service-cidr and %s-storage-classes (bound)", n, agentRole, backupExecRole, release, release, release)
+				t.Errorf("%d cluster-wide RBAC objects with watchNamespaces set, want only ClusterRoles %s, %s, %s-nodes, %s-service-cidr, %s-storage-classes and %s-policies (bound)", n, agentRole, backupExecRole, release, release, release, release)
 			}
+			readingRole(t, objs, "policies", []rbacv1.PolicyRule{
+				{APIGroups: []string{"k3k.io"}, Resources: []string{"virtualclusterpolicies"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+			})
 			serviceCIDRRole(t, objs)
 			storageClassRole(t, objs)
 			readingRole(t, objs, "nodes", []rbacv1.PolicyRule{
@@ -154,10 +159,11 @@ func TestTemplatePassesValuesToTheController(t *testing.T) {
 			// Nodes are read only to decide user namespaces (auto) or for
 			// node-loss handling (nodeLossTimeout not 0), the
 			// ServiceCIDR only when hostServiceCIDR does not name the network,
-			// StorageClasses only for the agents' copies.
-			if n := kinds(objs)["ClusterRoleBinding"]; n != 1 || find(objs, "ClusterRole", "", release+"-nodes") != nil || find(objs, "ClusterRole", "", release+"-service-cidr") != nil ||
+			// StorageClasses only for the agents' copies; VirtualClusterPolicies
+			// and Namespaces always.
+			if n := kinds(objs)["ClusterRoleBinding"]; n != 2 || find(objs, "ClusterRoleBinding", "", release+"-policies") == nil || find(objs, "ClusterRole", "", release+"-nodes") != nil || find(objs, "ClusterRole", "", release+"-service-cidr") != nil ||
 				find(objs, "ClusterRole", "", release+"-storage-classes") != nil {
-				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v, the service-cidr one %v: want only the controller's own binding with userNamespaces false, nodeLossTimeout 0 and hostServiceCIDR set",
+				t.Errorf("%d ClusterRoleBindings, the nodes ClusterRole %v, the service-cidr one %v: want only the controller's own binding and the policies' with userNamespaces false, nodeLossTimeout 0 and hostServiceCIDR set",
 					n, find(objs, "ClusterRole", "", release+"-nodes") != nil, find(objs, "ClusterRole", "", release+"-service-cidr") != nil)
 			}
 		},

@@ -36,7 +36,7 @@ func TestListOutputFormatsFromCliRuntime(t *testing.T) {
 	}
 	r = k3kcli(t, "cluster", "list", "-n", ns, "-o", "wide")
 	header = strings.Fields(strings.SplitN(r.out, "\n", 2)[0])
-	if strings.Join(header, " ") != "NAME MODE READY SERVERS DATASTORE PHASE VERSION PERSISTENCE ENDPOINT AGE" {
+	if strings.Join(header, " ") != "NAME MODE READY SERVERS DATASTORE PHASE VERSION PERSISTENCE ENDPOINT POLICY AGE" {
 		t.Errorf("wide header %v", header)
 	}
 	if !strings.Contains(r.out, "v1.34.3-k3s1") {
