@@ -183,9 +183,8 @@ from now on. A namespace bound to another policy stays so unless --overwrite.`,
 			if err != nil {
 				return err
 			}
-			p := &v1beta1.VirtualClusterPolicy{}
-			if err := s.client.Get(cmd.Context(), types.NamespacedName{Name: args[0]}, p); err != nil {
-				return apiErr(err, "getting VirtualClusterPolicy "+args[0])
+			if _, err := getPolicy(cmd.Context(), s, args[0]); err != nil {
+				return err
 			}
 			return bindNamespaces(cmd.Context(), o, s, args[0], args[1:], overwrite)
 		},
@@ -213,6 +212,14 @@ get their own choices back.`
 	}
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "bind namespaces bound to another policy too")
 	return cmd
+}
+
+func getPolicy(ctx context.Context, s *session, name string) (*v1beta1.VirtualClusterPolicy, error) {
+	p := &v1beta1.VirtualClusterPolicy{}
+	if err := s.client.Get(ctx, types.NamespacedName{Name: name}, p); err != nil {
+		return nil, apiErr(err, "getting VirtualClusterPolicy "+name)
+	}
+	return p, nil
 }
 
 // bindNamespaces sets (policy "": removes) the policy label of each
@@ -323,9 +330,9 @@ func newPolicyDescribeCommand(o Options, g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := &v1beta1.VirtualClusterPolicy{}
-			if err := s.client.Get(cmd.Context(), types.NamespacedName{Name: args[0]}, p); err != nil {
-				return apiErr(err, "getting VirtualClusterPolicy "+args[0])
+			p, err := getPolicy(cmd.Context(), s, args[0])
+			if err != nil {
+				return err
 			}
 			bound, err := boundNamespaces(cmd.Context(), s)
 			if err != nil {
