@@ -69,21 +69,15 @@ labels the namespaces with it (as policy bind does).`,
 				return err
 			}
 			// The namespaces first: a refused --bind creates nothing.
-			for _, name := range f.bind {
-				ns := &corev1.Namespace{}
-				if err := s.client.Get(cmd.Context(), types.NamespacedName{Name: name}, ns); err != nil {
-					return apiErr(err, "getting namespace "+name)
-				}
-				if cur := ns.Labels[v1beta1.LabelPolicyName]; cur != "" {
-					return &Error{Code: ExitError, Msg: fmt.Sprintf("namespace %s is bound to VirtualClusterPolicy %s; nothing created", name, cur),
-						Hint: "unbind it first (k3kcli policy unbind " + name + "), or bind it later with policy bind --overwrite"}
-				}
+			namespaces, err := namespacesToBind(cmd.Context(), s, p.Name, f.bind, false)
+			if err != nil {
+				return err
 			}
 			if err := s.client.Create(cmd.Context(), p); err != nil {
 				return apiErr(err, "creating VirtualClusterPolicy "+p.Name)
 			}
 			fmt.Fprintf(o.Out, "VirtualClusterPolicy %s created\n", p.Name)
-			return bindNamespaces(cmd.Context(), o, s, p.Name, f.bind, false)
+			return bindNamespaces(cmd.Context(), o, s, p.Name, namespaces)
 		},
 	}
 	fl := cmd.Flags()
@@ -186,7 +180,11 @@ from now on. A namespace bound to another policy stays so unless --overwrite.`,
 			if _, err := getPolicy(cmd.Context(), s, args[0]); err != nil {
 				return err
 			}
-			return bindNamespaces(cmd.Context(), o, s, args[0], args[1:], overwrite)
+			namespaces, err := namespacesToBind(cmd.Context(), s, args[0], args[1:], overwrite)
+			if err != nil {
+				return err
+			}
+			return bindNamespaces(cmd.Context(), o, s, args[0], namespaces)
 		},
 	}
 	if !bind {
@@ -206,7 +204,11 @@ get their own choices back.`
 			if err != nil {
 				return err
 			}
-			return bindNamespaces(cmd.Context(), o, s, "", args, true)
+			namespaces, err := namespacesToBind(cmd.Context(), s, "", args, true)
+			if err != nil {
+				return err
+			}
+			return bindNamespaces(cmd.Context(), o, s, "", namespaces)
 		}
 		return cmd
 	}
@@ -222,21 +224,32 @@ func getPolicy(ctx context.Context, s *session, name string) (*v1beta1.VirtualCl
 	return p, nil
 }
 
-// bindNamespaces sets (policy "": removes) the policy label of each
-// namespace, refusing one bound to another policy unless overwrite.
-func bindNamespaces(ctx context.Context, o Options, s *session, policy string, namespaces []string, overwrite bool) error {
-	for _, name := range namespaces {
+// namespacesToBind reads the namespaces and, before anything changes,
+// refuses one bound to another policy unless overwrite (policy "" unbinds,
+// which refuses nothing).
+func namespacesToBind(ctx context.Context, s *session, policy string, names []string, overwrite bool) ([]*corev1.Namespace, error) {
+	out := make([]*corev1.Namespace, 0, len(names))
+	for _, name := range names {
 		ns := &corev1.Namespace{}
 		if err := s.client.Get(ctx, types.NamespacedName{Name: name}, ns); err != nil {
-			return apiErr(err, "getting namespace "+name)
+			return nil, apiErr(err, "getting namespace "+name)
 		}
-		cur := ns.Labels[v1beta1.LabelPolicyName]
-		switch {
-		case cur == policy:
-			fmt.Fprintf(o.Out, "namespace %s: already %s\n", name, boundTo(policy))
+		if cur := ns.Labels[v1beta1.LabelPolicyName]; cur != "" && cur != policy && policy != "" && !overwrite {
+			return nil, &Error{Code: ExitError, Msg: fmt.Sprintf("namespace %s is bound to VirtualClusterPolicy %s; nothing changed", name, cur),
+				Hint: "add --overwrite to bind it to " + policy + " instead, or unbind it first (k3kcli policy unbind " + name + ")"}
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// bindNamespaces sets (policy "": removes) the policy label of each
+// namespace namespacesToBind read.
+func bindNamespaces(ctx context.Context, o Options, s *session, policy string, namespaces []*corev1.Namespace) error {
+	for _, ns := range namespaces {
+		if ns.Labels[v1beta1.LabelPolicyName] == policy {
+			fmt.Fprintf(o.Out, "namespace %s: already %s\n", ns.Name, boundTo(policy))
 			continue
-		case cur != "" && policy != "" && !overwrite:
-			return &Error{Code: ExitError, Msg: fmt.Sprintf("namespace %s is bound to VirtualClusterPolicy %s", name, cur), Hint: "add --overwrite to bind it to " + policy + " instead"}
 		}
 		patch := client.MergeFrom(ns.DeepCopy())
 		if policy == "" {
@@ -248,9 +261,9 @@ func bindNamespaces(ctx context.Context, o Options, s *session, policy string, n
 			ns.Labels[v1beta1.LabelPolicyName] = policy
 		}
 		if err := s.client.Patch(ctx, ns, patch); err != nil {
-			return apiErr(err, "labelling namespace "+name)
+			return apiErr(err, "labelling namespace "+ns.Name)
 		}
-		fmt.Fprintf(o.Out, "namespace %s: %s\n", name, boundTo(policy))
+		fmt.Fprintf(o.Out, "namespace %s: %s\n", ns.Name, boundTo(policy))
 	}
 	return nil
 }
@@ -421,7 +434,11 @@ does not exist holds nothing) unless --unbind, which unbinds them first.`,
 					return &Error{Code: ExitError, Msg: fmt.Sprintf("VirtualClusterPolicy %s binds namespaces %s", args[0], strings.Join(ns, ", ")),
 						Hint: "unbind them first (k3kcli policy unbind), or add --unbind"}
 				}
-				if err := bindNamespaces(cmd.Context(), o, s, "", ns, true); err != nil {
+				namespaces, err := namespacesToBind(cmd.Context(), s, "", ns, true)
+				if err != nil {
+					return err
+				}
+				if err := bindNamespaces(cmd.Context(), o, s, "", namespaces); err != nil {
 					return err
 				}
 			}

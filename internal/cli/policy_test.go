@@ -64,7 +64,7 @@ func TestPolicyCreateBindDescribeAndDelete(t *testing.T) {
 	}
 	// create --bind of a namespace bound elsewhere creates nothing.
 	third := fmt.Sprintf("third-%d", nsCounter.Add(1))
-	if r := k3kcli(t, "policy", "create", third, "--bind", b); r.code != ExitError || !strings.Contains(r.errOut, "nothing created") {
+	if r := k3kcli(t, "policy", "create", third, "--bind", b); r.code != ExitError || !strings.Contains(r.errOut, "nothing changed") {
 		t.Errorf("create --bind of a bound namespace: exit %d: %s", r.code, r.errOut)
 	}
 	if err := k8s.Get(context.Background(), client.ObjectKey{Name: third}, &v1beta1.VirtualClusterPolicy{}); err == nil {

@@ -3,12 +3,13 @@ package cluster
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/k3k-io/k3k/api/v1beta1"
@@ -55,19 +56,6 @@ func (p policyOutcome) condition() (bool, string, string) {
 	return true, v1beta1.ReasonPolicyApplied, fmt.Sprintf("VirtualClusterPolicy %q: %s", p.name, tightened)
 }
 
-// podSecurityRank orders the levels from the loosest; the empty level is the
-// API's default, baseline.
-func podSecurityRank(l v1beta1.PodSecurityLevel) int {
-	switch l {
-	case v1beta1.PodSecurityPrivileged:
-		return 0
-	case v1beta1.PodSecurityRestricted:
-		return 2
-	default:
-		return 1
-	}
-}
-
 // applyPolicy holds c's spec to p, in place: c is the reconcile's own copy,
 // never written back (the controller writes only the status, which ignores
 // the spec). datastore is the datastore in effect (Settings). Each bound the
@@ -88,7 +76,8 @@ func applyPolicy(c *v1beta1.Cluster, p *v1beta1.VirtualClusterPolicy, datastore 
 		out.broken = append(out.broken, fmt.Sprintf("servers %d is more than maxServers %d", servers, *ps.MaxServers))
 	}
 
-	if ps.PodSecurityLevel != "" && podSecurityRank(s.PodSecurityLevel) < podSecurityRank(ps.PodSecurityLevel) {
+	// The empty level is the API's default, baseline.
+	if ps.PodSecurityLevel != "" && psaapi.CompareLevels(psaapi.Level(cmp.Or(s.PodSecurityLevel, v1beta1.PodSecurityBaseline)), psaapi.Level(ps.PodSecurityLevel)) < 0 {
 		out.tightened = append(out.tightened, fmt.Sprintf("podSecurityLevel %s → %s", cmp.Or(s.PodSecurityLevel, v1beta1.PodSecurityBaseline), ps.PodSecurityLevel))
 		s.PodSecurityLevel = ps.PodSecurityLevel
 	}
@@ -147,17 +136,11 @@ func applyPolicy(c *v1beta1.Cluster, p *v1beta1.VirtualClusterPolicy, datastore 
 // Each change is said in *said as "what name from → to". The result replaces
 // the default name by name, so a default below the bound is carried into it.
 func capResources(what string, spec, defaults, bound corev1.ResourceList, fill bool, said *[]string) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for k, v := range spec {
-		out[k] = v.DeepCopy()
+	out := spec.DeepCopy()
+	if out == nil {
+		out = corev1.ResourceList{}
 	}
-	names := make([]string, 0, len(bound))
-	for k := range bound {
-		names = append(names, string(k))
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		k := corev1.ResourceName(n)
+	for _, k := range slices.Sorted(maps.Keys(bound)) {
 		limit := bound[k]
 		cur, ok := spec[k]
 		if !ok {
@@ -171,7 +154,7 @@ func capResources(what string, spec, defaults, bound corev1.ResourceList, fill b
 			continue
 		}
 		out[k] = limit.DeepCopy()
-		*said = append(*said, fmt.Sprintf("%s %s %s → %s", what, n, quantityOrNone(cur, ok), limit.String()))
+		*said = append(*said, fmt.Sprintf("%s %s %s → %s", what, k, quantityOrNone(cur, ok), limit.String()))
 	}
 	if len(out) == 0 {
 		return nil

@@ -26,7 +26,7 @@ import (
 // this file by `make generate`).
 
 // podSecurityRankCEL orders the Pod Security levels from the loosest, as
-// podSecurityRank does, as a CEL map.
+// pod-security-admission's CompareLevels does, as a CEL map.
 const podSecurityRankCEL = "{'privileged': 0, 'baseline': 1, 'restricted': 2}"
 
 // DesiredPolicyGuard is the policy and its binding, both named name.

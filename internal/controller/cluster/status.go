@@ -152,8 +152,9 @@ func observedStatus(c *v1beta1.Cluster, o observation) v1beta1.ClusterStatus {
 		st.ReadyServers = o.statefulSet.Status.ReadyReplicas
 	}
 	switch {
-	case o.policyErr:
-		// Not read this time: what was known stays (the failure is on Ready).
+	case o.policyErr || o.deleting:
+		// Not read this time (for a deleted Cluster, not at all): what was
+		// known stays; a failure to read is on Ready.
 		st.PolicyName, st.PolicyBounds = c.Status.PolicyName, c.Status.PolicyBounds.DeepCopy()
 	case o.policy != nil:
 		st.PolicyName, st.PolicyBounds = o.policy.name, o.policy.bounds
